@@ -1,0 +1,62 @@
+//! Drain bookkeeping (DESIGN §4): which subscribers have acked a revision, which lag.
+
+use serde::{Deserialize, Serialize};
+
+/// One subscriber of a service and the newest revision it acked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriberAck {
+    /// Subscriber id, e.g. `s-3` (session), `w-7` (watch stream), `p-orders-1` (poller).
+    pub id: String,
+    /// Remote address as `ip:port`.
+    pub address: String,
+    /// Newest revision acked (0 = nothing yet).
+    pub acked_revision: u64,
+}
+
+/// Where a drain stands: subscribers that acked >= the target revision, and the laggards.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckProgress {
+    /// Subscribers whose acked revision is >= the target.
+    pub acked: Vec<SubscriberAck>,
+    /// Subscribers still below the target.
+    pub laggards: Vec<SubscriberAck>,
+}
+
+impl AckProgress {
+    /// Splits live subscribers by whether they acked `target` or later.
+    pub fn of<'a>(target: u64, subscribers: impl IntoIterator<Item = &'a SubscriberAck>) -> Self {
+        let (acked, laggards) =
+            subscribers.into_iter().cloned().partition(|s| s.acked_revision >= target);
+        AckProgress { acked, laggards }
+    }
+
+    /// Every live subscriber has acked.
+    pub fn is_complete(&self) -> bool {
+        self.laggards.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub(id: &str, acked: u64) -> SubscriberAck {
+        SubscriberAck { id: id.into(), address: "127.0.0.1:1".into(), acked_revision: acked }
+    }
+
+    #[test]
+    fn splits_on_the_target_revision() {
+        let subs = [sub("a", 4), sub("b", 5), sub("c", 6)];
+        let p = AckProgress::of(5, &subs);
+        let ids = |v: &[SubscriberAck]| v.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&p.acked), ["b", "c"]);
+        assert_eq!(ids(&p.laggards), ["a"]);
+        assert!(!p.is_complete());
+        assert!(AckProgress::of(4, &subs).is_complete());
+    }
+
+    #[test]
+    fn no_subscriber_means_complete() {
+        assert!(AckProgress::of(100, &[]).is_complete());
+    }
+}

@@ -1,0 +1,155 @@
+//! Identities and fields of services and instances (DESIGN §2).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Default namespace, as in Nacos (`Constants.DEFAULT_NAMESPACE_ID`).
+pub const DEFAULT_NAMESPACE: &str = "public";
+/// Default group, as in Nacos.
+pub const DEFAULT_GROUP: &str = "DEFAULT_GROUP";
+/// Default cluster, as in Nacos.
+pub const DEFAULT_CLUSTER: &str = "DEFAULT";
+/// Default instance weight.
+pub const DEFAULT_WEIGHT: f64 = 1.0;
+
+/// A service's identity: namespace > group > service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServiceKey {
+    /// Namespace, default [`DEFAULT_NAMESPACE`].
+    pub namespace: String,
+    /// Group, default [`DEFAULT_GROUP`].
+    pub group: String,
+    /// Service name.
+    pub service: String,
+}
+
+impl ServiceKey {
+    /// A key; empty `namespace` or `group` take their defaults.
+    pub fn new(namespace: &str, group: &str, service: &str) -> Self {
+        Self {
+            namespace: or_default(namespace, DEFAULT_NAMESPACE),
+            group: or_default(group, DEFAULT_GROUP),
+            service: service.to_owned(),
+        }
+    }
+
+    /// A key in the default namespace and group.
+    pub fn named(service: &str) -> Self {
+        Self::new("", "", service)
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    /// `namespace/group/service`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.namespace, self.group, self.service)
+    }
+}
+
+/// An instance's identity inside its service: (ip, port, cluster).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct InstanceKey {
+    /// IPv4/IPv6 literal or RFC 1123 host name.
+    pub ip: String,
+    /// TCP port, 1..=65535.
+    pub port: u16,
+    /// Cluster, default [`DEFAULT_CLUSTER`].
+    pub cluster: String,
+}
+
+impl InstanceKey {
+    /// A key; an empty `cluster` takes [`DEFAULT_CLUSTER`].
+    pub fn new(ip: &str, port: u16, cluster: &str) -> Self {
+        Self { ip: ip.to_owned(), port, cluster: or_default(cluster, DEFAULT_CLUSTER) }
+    }
+
+    /// `ip:port`, with brackets around IPv6 literals (`[::1]:80`).
+    pub fn addr(&self) -> String {
+        if self.ip.contains(':') {
+            format!("[{}]:{}", self.ip, self.port)
+        } else {
+            format!("{}:{}", self.ip, self.port)
+        }
+    }
+}
+
+impl fmt::Display for InstanceKey {
+    /// `ip:port` (cluster `DEFAULT`) or `ip:port@cluster`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.cluster == DEFAULT_CLUSTER {
+            f.write_str(&self.addr())
+        } else {
+            write!(f, "{}@{}", self.addr(), self.cluster)
+        }
+    }
+}
+
+/// Whether a service's instances live in memory (ephemeral) or in the store (persistent).
+/// Fixed by a service's first instance; registering the other kind is refused (HTTP 409).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Kept alive by a session or a lease, gone when that ends.
+    Ephemeral,
+    /// Stored durably, probed by the registry, deleted only on request.
+    Persistent,
+}
+
+impl Kind {
+    /// `"ephemeral"` or `"persistent"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Ephemeral => "ephemeral",
+            Kind::Persistent => "persistent",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An instance of a service with the fields consumers see.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    /// Identity.
+    #[serde(flatten)]
+    pub key: InstanceKey,
+    /// Share of traffic, 0..=10000, default 1.0; 0 is never picked.
+    pub weight: f64,
+    /// Manual on/offline; `false` hides the instance from consumers without deleting it.
+    pub enabled: bool,
+    /// Liveness/probe verdict.
+    pub healthy: bool,
+    /// Ephemeral (session or lease) or persistent.
+    pub ephemeral: bool,
+    /// Free string map, at most 64 keys and 16 KiB.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Instance {
+    /// A healthy, enabled, ephemeral instance of weight 1.0 and no metadata.
+    pub fn new(key: InstanceKey) -> Self {
+        Self {
+            key,
+            weight: DEFAULT_WEIGHT,
+            enabled: true,
+            healthy: true,
+            ephemeral: true,
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    /// Serving: enabled, healthy and weight > 0 — what a consumer view holds normally.
+    pub fn is_serving(&self) -> bool {
+        self.enabled && self.healthy && self.weight > 0.0
+    }
+}
+
+fn or_default(value: &str, default: &str) -> String {
+    if value.is_empty() { default.to_owned() } else { value.to_owned() }
+}

@@ -1,0 +1,163 @@
+//! Input rules (issue #2). Each check returns a [`ValidationError`] naming the field and the rule;
+//! callers validate the whole request before changing anything.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use crate::model::{InstanceKey, ServiceKey};
+
+/// Longest namespace, group, service or cluster name, in characters.
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest host name (RFC 1123), in characters.
+pub const MAX_HOST_LEN: usize = 253;
+/// Largest weight.
+pub const MAX_WEIGHT: f64 = 10_000.0;
+/// Most metadata keys per instance or service.
+pub const MAX_METADATA_KEYS: usize = 64;
+/// Most metadata bytes (keys plus values) per instance or service: 16 KiB.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// A rejected input: which field, and which rule it broke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    /// Request field, e.g. `"port"` or `"metadata"`.
+    pub field: String,
+    /// The rule, readable, e.g. `"must be 1-65535, got 0"`.
+    pub message: String,
+}
+
+impl ValidationError {
+    /// An error about `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+/// A namespace, group, service or cluster name: 1-128 characters of ASCII letters, digits,
+/// `.`, `_`, `-`, `:`. (So no empty names, whitespace, control characters or Nacos's `@@`.)
+pub fn name(field: &str, value: &str) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(ValidationError::new(field, "must not be empty"));
+    }
+    let len = value.chars().count();
+    if len > MAX_NAME_LEN {
+        return Err(ValidationError::new(
+            field,
+            format!("must be at most {MAX_NAME_LEN} characters, got {len}"),
+        ));
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')))
+    {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "may hold only letters, digits, '.', '_', '-', ':'; found {:?}",
+                bad
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// All three parts of a service key.
+pub fn service_key(key: &ServiceKey) -> Result<(), ValidationError> {
+    name("namespace", &key.namespace)?;
+    name("group", &key.group)?;
+    name("service", &key.service)
+}
+
+/// An instance key: ip (IPv4/IPv6 literal or RFC 1123 host name, at most 253 characters),
+/// port 1-65535, cluster name.
+pub fn instance_key(key: &InstanceKey) -> Result<(), ValidationError> {
+    ip(&key.ip)?;
+    port(u32::from(key.port))?;
+    name("cluster", &key.cluster)
+}
+
+/// A port as received (wider than u16 so that 0 and 70000 are reported, not wrapped).
+pub fn port(value: u32) -> Result<u16, ValidationError> {
+    match u16::try_from(value) {
+        Ok(p) if p >= 1 => Ok(p),
+        _ => Err(ValidationError::new("port", format!("must be 1-65535, got {value}"))),
+    }
+}
+
+/// An IPv4 or IPv6 literal, or an RFC 1123 host name of at most 253 characters.
+pub fn ip(value: &str) -> Result<(), ValidationError> {
+    if value.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let rule = "must be an IPv4 or IPv6 literal or an RFC 1123 host name";
+    if value.is_empty() {
+        return Err(ValidationError::new("ip", "must not be empty"));
+    }
+    if value.len() > MAX_HOST_LEN {
+        return Err(ValidationError::new(
+            "ip",
+            format!("{rule} of at most {MAX_HOST_LEN} characters, got {}", value.len()),
+        ));
+    }
+    let host = value.strip_suffix('.').unwrap_or(value);
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    // A name made only of digits and dots would be a malformed IPv4 literal, not a host name.
+    let looks_numeric = host.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if host.split('.').all(label_ok) && !looks_numeric {
+        Ok(())
+    } else {
+        Err(ValidationError::new("ip", format!("{rule}, got {value:?}")))
+    }
+}
+
+/// A weight: finite, 0-10000.
+pub fn weight(value: f64) -> Result<(), ValidationError> {
+    if value.is_finite() && (0.0..=MAX_WEIGHT).contains(&value) {
+        Ok(())
+    } else {
+        Err(ValidationError::new("weight", format!("must be a finite number 0-10000, got {value}")))
+    }
+}
+
+/// Metadata: at most 64 keys and 16 KiB of keys plus values; keys non-empty.
+pub fn metadata(value: &BTreeMap<String, String>) -> Result<(), ValidationError> {
+    if value.len() > MAX_METADATA_KEYS {
+        return Err(ValidationError::new(
+            "metadata",
+            format!("must have at most {MAX_METADATA_KEYS} keys, got {}", value.len()),
+        ));
+    }
+    if value.keys().any(String::is_empty) {
+        return Err(ValidationError::new("metadata", "keys must not be empty"));
+    }
+    let bytes: usize = value.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_METADATA_BYTES {
+        return Err(ValidationError::new(
+            "metadata",
+            format!("must be at most {MAX_METADATA_BYTES} bytes of keys and values, got {bytes}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A protect threshold: a ratio 0..=1.
+pub fn protect_threshold(value: f64) -> Result<(), ValidationError> {
+    if value.is_finite() && (0.0..=1.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            "protect_threshold",
+            format!("must be a ratio 0-1, got {value}"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

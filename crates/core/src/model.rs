@@ -153,3 +153,85 @@ impl Instance {
 fn or_default(value: &str, default: &str) -> String {
     if value.is_empty() { default.to_owned() } else { value.to_owned() }
 }
+
+/// How the registry probes a persistent instance (DESIGN §3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeSpec {
+    /// TCP connect (default) or HTTP GET.
+    #[serde(default)]
+    pub kind: ProbeKind,
+    /// For HTTP probes: the path to GET, default `/`. A 2xx/3xx answer is a pass.
+    #[serde(default = "default_probe_path")]
+    pub path: String,
+    /// Time between probes, ms; default 2000.
+    #[serde(default = "default_probe_interval_ms")]
+    pub interval_ms: u64,
+    /// Consecutive failures that make a healthy instance unhealthy; default 2.
+    #[serde(default = "default_probe_count")]
+    pub fall: u32,
+    /// Consecutive passes that make an unhealthy instance healthy; default 2.
+    #[serde(default = "default_probe_count")]
+    pub rise: u32,
+}
+
+impl Default for ProbeSpec {
+    fn default() -> Self {
+        Self {
+            kind: ProbeKind::Tcp,
+            path: default_probe_path(),
+            interval_ms: default_probe_interval_ms(),
+            fall: default_probe_count(),
+            rise: default_probe_count(),
+        }
+    }
+}
+
+/// Probe type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeKind {
+    /// A TCP connect within the interval is a pass.
+    #[default]
+    Tcp,
+    /// An HTTP GET answered 200-399 within the interval is a pass.
+    Http,
+}
+
+fn default_probe_path() -> String {
+    "/".to_owned()
+}
+fn default_probe_interval_ms() -> u64 {
+    2000
+}
+fn default_probe_count() -> u32 {
+    2
+}
+
+/// Per-service settings, stored durably.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ServiceSettings {
+    /// Protect threshold, ratio 0..=1, default 0 (fires only when no instance is healthy).
+    #[serde(default)]
+    pub protect_threshold: f64,
+    /// Free string map, same limits as instance metadata.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A persistent instance as stored: its fields and how it is probed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredInstance {
+    /// The instance (its `healthy` flag is not authoritative after a restart: probes decide).
+    pub instance: Instance,
+    /// Probe settings.
+    pub probe: ProbeSpec,
+}
+
+/// A durable manual-offline mark, keyed by (service, ip, port, cluster), not by connection
+/// (issue #2): it outlives session reconnects and registry restarts until `online` clears it
+/// or the instance has been gone for the mark's expiry (default 10 min).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OfflineMark {
+    /// Unix time in ms when the mark was set.
+    pub since_ms: u64,
+}

@@ -1,0 +1,126 @@
+//! Durable state of gangway (DESIGN §7): persistent instances, service settings and offline
+//! marks. Ephemeral state never comes here.
+//!
+//! A [`Store`] applies a batch of [`Write`]s atomically and durably: when
+//! [`Store::apply`] returns `Ok`, the batch survives a crash (kill -9, power loss as far as
+//! the disk honours fsync). [`Store::load`] returns everything at start-up.
+//!
+//! Backends: [`MemoryStore`] here (tests, `--data-dir` unset in unit tests), redb in
+//! `gangway-store-redb`. Each backend runs [`conformance::run`].
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use gangway_core::model::{InstanceKey, OfflineMark, ServiceKey, ServiceSettings, StoredInstance};
+
+pub mod conformance;
+
+/// One change to durable state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Insert or replace a persistent instance.
+    PutInstance(ServiceKey, StoredInstance),
+    /// Delete a persistent instance (absent: no-op).
+    DeleteInstance(ServiceKey, InstanceKey),
+    /// Insert or replace a service's settings.
+    PutService(ServiceKey, ServiceSettings),
+    /// Delete a service's settings (absent: no-op).
+    DeleteService(ServiceKey),
+    /// Set a manual-offline mark.
+    PutOfflineMark(ServiceKey, InstanceKey, OfflineMark),
+    /// Clear a manual-offline mark (absent: no-op).
+    DeleteOfflineMark(ServiceKey, InstanceKey),
+}
+
+/// Everything a store holds, as loaded at start-up. Maps are ordered for stable listings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Contents {
+    /// Persistent instances by service, then instance key.
+    pub instances: BTreeMap<ServiceKey, BTreeMap<InstanceKey, StoredInstance>>,
+    /// Service settings.
+    pub services: BTreeMap<ServiceKey, ServiceSettings>,
+    /// Manual-offline marks.
+    pub offline_marks: BTreeMap<(ServiceKey, InstanceKey), OfflineMark>,
+}
+
+impl Contents {
+    /// Applies writes in order (the reference semantics every backend must match).
+    pub fn apply(&mut self, batch: &[Write]) {
+        for write in batch {
+            match write {
+                Write::PutInstance(s, i) => {
+                    self.instances.entry(s.clone()).or_default().insert(i.instance.key.clone(), i.clone());
+                }
+                Write::DeleteInstance(s, k) => {
+                    if let Some(m) = self.instances.get_mut(s) {
+                        m.remove(k);
+                        if m.is_empty() {
+                            self.instances.remove(s);
+                        }
+                    }
+                }
+                Write::PutService(s, v) => {
+                    self.services.insert(s.clone(), v.clone());
+                }
+                Write::DeleteService(s) => {
+                    self.services.remove(s);
+                }
+                Write::PutOfflineMark(s, k, m) => {
+                    self.offline_marks.insert((s.clone(), k.clone()), m.clone());
+                }
+                Write::DeleteOfflineMark(s, k) => {
+                    self.offline_marks.remove(&(s.clone(), k.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// A store failure: the batch was not applied (all-or-nothing).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Disk, database or lock failure.
+    #[error("store I/O failed: {0}")]
+    Io(String),
+    /// Stored bytes that do not decode.
+    #[error("store holds undecodable data in {table}: {message}")]
+    Corrupt {
+        /// Table or key space.
+        table: &'static str,
+        /// Decoder message.
+        message: String,
+    },
+}
+
+/// Durable state. Calls block (they may fsync): async callers use `spawn_blocking`.
+pub trait Store: Send + Sync + 'static {
+    /// Everything stored.
+    fn load(&self) -> Result<Contents, StoreError>;
+    /// Applies `batch` atomically; durable when `Ok` is returned.
+    fn apply(&self, batch: &[Write]) -> Result<(), StoreError>;
+}
+
+/// A store in memory: not durable. For tests.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    contents: Mutex<Contents>,
+}
+
+impl Store for MemoryStore {
+    fn load(&self) -> Result<Contents, StoreError> {
+        Ok(self.contents.lock().map_err(|e| StoreError::Io(e.to_string()))?.clone())
+    }
+
+    fn apply(&self, batch: &[Write]) -> Result<(), StoreError> {
+        self.contents.lock().map_err(|e| StoreError::Io(e.to_string()))?.apply(batch);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn memory_store_conforms() {
+        super::conformance::run(|| super::MemoryStore::default());
+    }
+}

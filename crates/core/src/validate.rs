@@ -117,6 +117,28 @@ pub fn ip(value: &str) -> Result<(), ValidationError> {
     }
 }
 
+/// Parses an instance address `ip:port`, `host:port` or `[ipv6]:port` into a checked
+/// (ip, port). Errors name the field `addr` (shape) or `ip` / `port` (their rules).
+pub fn addr(value: &str) -> Result<(String, u16), ValidationError> {
+    let shape = || ValidationError::new("addr", format!("must be IP:PORT, HOST:PORT or [IPV6]:PORT, got {value:?}"));
+    let (host, port_text) = if let Some(rest) = value.strip_prefix('[') {
+        let (host, tail) = rest.split_once(']').ok_or_else(shape)?;
+        (host, tail.strip_prefix(':').ok_or_else(shape)?)
+    } else {
+        let (host, port) = value.rsplit_once(':').ok_or_else(shape)?;
+        if host.contains(':') {
+            return Err(shape());
+        }
+        (host, port)
+    };
+    let port_number: u32 = port_text
+        .parse()
+        .map_err(|_| ValidationError::new("port", format!("must be 1-65535, got {port_text:?}")))?;
+    let port = port(port_number)?;
+    ip(host)?;
+    Ok((host.to_owned(), port))
+}
+
 /// A weight: finite, 0-10000.
 pub fn weight(value: f64) -> Result<(), ValidationError> {
     if value.is_finite() && (0.0..=MAX_WEIGHT).contains(&value) {

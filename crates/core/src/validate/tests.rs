@@ -46,6 +46,18 @@ fn ips_are_literals_or_host_names() {
 }
 
 #[test]
+fn addresses_parse_with_their_rules() {
+    assert_eq!(addr("10.0.0.1:80"), Ok(("10.0.0.1".into(), 80)));
+    assert_eq!(addr("[::1]:8080"), Ok(("::1".into(), 8080)));
+    assert_eq!(addr("db.local:5432"), Ok(("db.local".into(), 5432)));
+    assert_eq!(addr("10.0.0.1").unwrap_err().field, "addr");
+    assert_eq!(addr("::1:80").unwrap_err().field, "addr");
+    assert_eq!(addr("10.0.0.1:0").unwrap_err().message, "must be 1-65535, got 0");
+    assert_eq!(addr("10.0.0.1:x").unwrap_err().field, "port");
+    assert_eq!(addr("bad host:80").unwrap_err().field, "ip");
+}
+
+#[test]
 fn weights_are_finite_0_to_10000() {
     assert_eq!(weight(0.0), Ok(()));
     assert_eq!(weight(10_000.0), Ok(()));

@@ -1,0 +1,240 @@
+//! Argument types shared by the commands and their parsers: `IP:PORT`, `K=V`, durations.
+//!
+//! Parsers return a one-line reason; clap prefixes it with the argument's name and exits 2.
+
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::time::Duration;
+
+use clap::Args;
+use gangway_core::validate;
+
+/// An instance address as typed: `1.2.3.4:80`, `[::1]:80` or `host:80`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addr {
+    /// IP literal (IPv6 without brackets) or host name.
+    pub host: String,
+    /// TCP port, 1..=65535.
+    pub port: u16,
+}
+
+/// Names a service: `SERVICE [--namespace N] [--group G]`.
+#[derive(Debug, Clone, Args)]
+pub struct ServiceArgs {
+    /// Service name.
+    #[arg(value_name = "SERVICE")]
+    pub service: String,
+    /// Namespace [registry default: public].
+    #[arg(long, short = 'n', env = "GANGWAY_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Group [registry default: DEFAULT_GROUP].
+    #[arg(long, short = 'g', env = "GANGWAY_GROUP")]
+    pub group: Option<String>,
+}
+
+/// Names an instance: `SERVICE IP:PORT [--namespace N] [--group G] [--cluster C]`.
+#[derive(Debug, Clone, Args)]
+pub struct InstanceArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub service: ServiceArgs,
+    /// Instance address: 10.0.0.5:8080, [fd00::5]:8080 or host.example:8080.
+    #[arg(value_name = "IP:PORT", value_parser = parse_addr)]
+    pub addr: Addr,
+    /// Cluster [registry default: DEFAULT].
+    #[arg(long, short = 'c')]
+    pub cluster: Option<String>,
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Parses `1.2.3.4:80`, `[::1]:80` or `host:80`.
+pub fn parse_addr(s: &str) -> Result<Addr, String> {
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']').ok_or_else(|| {
+            format!("missing ']' in {s:?} (expected [IPV6]:PORT, e.g. [::1]:8080)")
+        })?;
+        let port = after
+            .strip_prefix(':')
+            .ok_or_else(|| format!("missing :PORT after ']' in {s:?} (e.g. [::1]:8080)"))?;
+        if v6.parse::<Ipv6Addr>().is_err() {
+            return Err(format!("{v6:?} is not an IPv6 address"));
+        }
+        (v6, port)
+    } else {
+        let (host, port) = s.rsplit_once(':').ok_or_else(|| {
+            format!("missing :PORT in {s:?} (expected IP:PORT, e.g. 10.0.0.5:8080)")
+        })?;
+        if host.contains(':') {
+            return Err(format!("IPv6 addresses need brackets: [{host}]:{port}"));
+        }
+        (host, port)
+    };
+    if host.is_empty() {
+        return Err(format!(
+            "missing host in {s:?} (expected IP:PORT, e.g. 10.0.0.5:8080)"
+        ));
+    }
+    let port: u32 = port
+        .parse()
+        .map_err(|_| format!("port: must be a number 1-65535, got {port:?}"))?;
+    let port = validate::port(port).map_err(|e| e.to_string())?;
+    validate::ip(host).map_err(|e| format!("host {host:?}: {}", e.message))?;
+    Ok(Addr {
+        host: host.to_owned(),
+        port,
+    })
+}
+
+/// Parses a `KEY=VALUE` metadata pair (the value may be empty or hold `=`).
+pub fn parse_meta(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;
+    if k.trim().is_empty() {
+        return Err(format!("empty key in {s:?} (expected KEY=VALUE)"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// Parses a duration: a number of seconds (`30`, `0.5`) or a number with a unit (`500ms`,
+/// `30s`, `2m`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("expected seconds or a duration like 500ms, 30s, 2m; got {s:?}"))?;
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {s:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("duration out of range: {s:?}"))
+}
+
+/// Renders a duration for people: `750ms`, `30s`, `1.5s`, `2m`.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addr_accepts_ipv4_ipv6_and_host_names() {
+        assert_eq!(
+            parse_addr("1.2.3.4:80"),
+            Ok(Addr {
+                host: "1.2.3.4".into(),
+                port: 80
+            })
+        );
+        assert_eq!(
+            parse_addr("[::1]:80"),
+            Ok(Addr {
+                host: "::1".into(),
+                port: 80
+            })
+        );
+        assert_eq!(
+            parse_addr("orders-1.svc.local:8080"),
+            Ok(Addr {
+                host: "orders-1.svc.local".into(),
+                port: 8080
+            })
+        );
+        assert_eq!(
+            parse_addr("[fd00::5]:65535").unwrap().to_string(),
+            "[fd00::5]:65535"
+        );
+        assert_eq!(parse_addr("1.2.3.4:80").unwrap().to_string(), "1.2.3.4:80");
+    }
+
+    #[test]
+    fn addr_errors_say_what_is_wrong() {
+        let err = |s| parse_addr(s).unwrap_err();
+        assert!(
+            err("1.2.3.4").contains("missing :PORT"),
+            "{}",
+            err("1.2.3.4")
+        );
+        assert_eq!(err("1.2.3.4:0"), "port: must be 1-65535, got 0");
+        assert_eq!(err("1.2.3.4:70000"), "port: must be 1-65535, got 70000");
+        assert!(err("1.2.3.4:http").contains("must be a number"));
+        assert!(err("1.2.3.4:").contains("must be a number"));
+        assert_eq!(err("::1:80"), "IPv6 addresses need brackets: [::1]:80");
+        assert!(err("[::1:80").contains("missing ']'"));
+        assert!(err("[::1]80").contains("missing :PORT after ']'"));
+        assert!(err("[1.2.3.4]:80").contains("not an IPv6 address"));
+        assert!(err(":80").contains("missing host"));
+        assert!(
+            err("bad host:80").starts_with("host \"bad host\""),
+            "{}",
+            err("bad host:80")
+        );
+    }
+
+    #[test]
+    fn meta_splits_at_the_first_equals_sign() {
+        assert_eq!(parse_meta("zone=a"), Ok(("zone".into(), "a".into())));
+        assert_eq!(parse_meta("expr=a=b"), Ok(("expr".into(), "a=b".into())));
+        assert_eq!(parse_meta("empty="), Ok(("empty".into(), String::new())));
+        assert!(
+            parse_meta("zone")
+                .unwrap_err()
+                .contains("expected KEY=VALUE")
+        );
+        assert!(parse_meta("=a").unwrap_err().contains("empty key"));
+    }
+
+    #[test]
+    fn durations_default_to_seconds_and_take_units() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(
+            parse_duration("5 days")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+    }
+
+    #[test]
+    fn durations_render_compactly() {
+        assert_eq!(format_duration(Duration::from_millis(750)), "750ms");
+        assert_eq!(format_duration(Duration::from_secs(30)), "30s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format_duration(Duration::from_secs(120)), "2m");
+    }
+}

@@ -1,0 +1,127 @@
+//! `offline`, `online`, `drain`: taking an instance out of (and back into) rotation.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{Context, Outcome, ok};
+use crate::args::{InstanceArgs, parse_duration};
+use crate::error::EXIT_DRAIN_TIMEOUT;
+use crate::output;
+
+const EXIT_CODES: &str = "\
+Exit status:
+  0  done (with --wait / drain: every live subscriber acked the offline revision)
+  1  the registry refused (e.g. HTTP 409: the last serving instance, use --force) or was unreachable
+  2  bad arguments; nothing was sent
+  3  drain timed out: some subscribers had not acked (listed); the instance is offline all the same";
+
+/// Arguments of `gangway offline`.
+#[derive(Debug, Args)]
+#[command(after_help = format!("\
+Without --wait the instance is set offline (enabled=false) and the command returns at once. \
+With --wait it drains: offline, then wait until every live subscriber has acked the new \
+revision, bounded by --timeout. Use it as a Kubernetes preStop hook instead of `sleep N`:
+  lifecycle: {{preStop: {{exec: {{command: [gangway, offline, orders, $(POD_IP):8080, --wait]}}}}}}
+
+{EXIT_CODES}"))]
+pub struct OfflineArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub instance: InstanceArgs,
+    /// Wait until every subscriber acked (a drain); see the exit status below.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: longest wait for acks, seconds or 500ms/30s/1m.
+    #[arg(long, value_name = "S", value_parser = parse_duration, default_value = "30", requires = "wait")]
+    pub timeout: Duration,
+    /// With --wait: drain even the last serving instance of the service.
+    #[arg(long, requires = "wait")]
+    pub force: bool,
+}
+
+/// Arguments of `gangway drain`.
+#[derive(Debug, Args)]
+#[command(after_help = format!("\
+Same as `gangway offline --wait`: set the instance offline, then wait until every live \
+subscriber has acked the new revision, bounded by --timeout; prints the waited time, the acked \
+subscribers and the laggards.
+
+{EXIT_CODES}"))]
+pub struct DrainArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub instance: InstanceArgs,
+    /// Longest wait for acks, seconds or 500ms/30s/1m.
+    #[arg(long, value_name = "S", value_parser = parse_duration, default_value = "30")]
+    pub timeout: Duration,
+    /// Drain even the last serving instance of the service.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Arguments of `gangway online`.
+#[derive(Debug, Args)]
+pub struct OnlineArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub instance: InstanceArgs,
+}
+
+/// `gangway offline`.
+pub async fn offline(ctx: &Context, args: OfflineArgs) -> Outcome {
+    if args.wait {
+        return run_drain(ctx, &args.instance, args.timeout, args.force).await;
+    }
+    let reply = ctx.registry.offline(&args.instance).await?;
+    if ctx.json {
+        output::emit_json(&reply.body)?;
+    } else {
+        output::emit(&output::instance_change(
+            "offline:",
+            &args.instance.service.service,
+            &reply.parse()?,
+        ))?;
+    }
+    ok()
+}
+
+/// `gangway online`.
+pub async fn online(ctx: &Context, args: OnlineArgs) -> Outcome {
+    let reply = ctx.registry.online(&args.instance).await?;
+    if ctx.json {
+        output::emit_json(&reply.body)?;
+    } else {
+        output::emit(&output::instance_change(
+            "online:",
+            &args.instance.service.service,
+            &reply.parse()?,
+        ))?;
+    }
+    ok()
+}
+
+/// `gangway drain`.
+pub async fn drain(ctx: &Context, args: DrainArgs) -> Outcome {
+    run_drain(ctx, &args.instance, args.timeout, args.force).await
+}
+
+async fn run_drain(ctx: &Context, inst: &InstanceArgs, timeout: Duration, force: bool) -> Outcome {
+    let reply = ctx.registry.drain(inst, timeout, force).await?;
+    let report = reply.parse()?;
+    if ctx.json {
+        output::emit_json(&reply.body)?;
+    } else {
+        output::emit(&output::drain(
+            &inst.addr.to_string(),
+            &inst.service.service,
+            &report,
+        ))?;
+    }
+    if report.complete {
+        ok()
+    } else {
+        Ok(ExitCode::from(EXIT_DRAIN_TIMEOUT))
+    }
+}

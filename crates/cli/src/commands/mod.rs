@@ -1,0 +1,40 @@
+//! One module per command group. Each command takes the shared [`Context`] and its own clap
+//! arguments, prints its answer (a table, or the raw JSON with `--json`) and returns the exit
+//! status.
+
+use std::process::ExitCode;
+
+use crate::api::{ApiError, Registry};
+use crate::error::{CliError, EXIT_OK};
+
+pub mod drain;
+pub mod list;
+pub mod register;
+pub mod watch;
+
+/// What every registry command needs: the client and the output mode.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// Client of the registry named by `--server`.
+    pub registry: Registry,
+    /// `--json`: print raw JSON answers instead of tables.
+    pub json: bool,
+}
+
+/// The result of a command: an exit status, or an error to print.
+pub type Outcome = Result<ExitCode, CliError>;
+
+impl Context {
+    /// A context for the registry at `server` (`host:port`).
+    pub fn new(server: &str, json: bool) -> Result<Self, ApiError> {
+        Ok(Self {
+            registry: Registry::new(server)?,
+            json,
+        })
+    }
+}
+
+/// Exit status 0.
+pub fn ok() -> Outcome {
+    Ok(ExitCode::from(EXIT_OK))
+}

@@ -1,0 +1,302 @@
+//! `register`, `deregister`, `heartbeat`: an instance's registration and its lease.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use tokio::time::MissedTickBehavior;
+
+use super::{Context, Outcome, ok};
+use crate::api::{ApiError, Probe, RegisterRequest};
+use crate::args::{InstanceArgs, format_duration, parse_duration, parse_meta};
+use crate::error::CliError;
+use crate::output;
+
+/// Heartbeat period when neither `--every` nor the registry's TTL says otherwise.
+pub const DEFAULT_HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// Arguments of `gangway register`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+An ephemeral registration over HTTP is kept alive by a lease: send heartbeats \
+(`gangway heartbeat SERVICE IP:PORT`, or `--keep-alive` here) at least every TTL/3, or the \
+instance turns unhealthy after the TTL and disappears after the delete timeout. A persistent \
+instance (--persistent) is stored durably and probed by the registry instead.
+
+Examples:
+  gangway register orders 10.0.0.5:8080 --meta zone=a --meta version=1.4 --keep-alive
+  gangway register billing db-1.internal:5432 --persistent --probe tcp")]
+pub struct RegisterArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub instance: InstanceArgs,
+    /// Persistent instance: stored durably, health checked by the registry's probe,
+    /// deleted only by `deregister`.
+    #[arg(long)]
+    pub persistent: bool,
+    /// Share of traffic, 0-10000 (0 = never picked) [registry default: 1].
+    #[arg(long, short = 'w', value_name = "W")]
+    pub weight: Option<f64>,
+    /// Metadata entry; repeat for more.
+    #[arg(long = "meta", short = 'm', value_name = "K=V", value_parser = parse_meta)]
+    pub meta: Vec<(String, String)>,
+    /// Lease TTL of an ephemeral instance: seconds or 500ms/15s/1m [registry default].
+    #[arg(long, value_name = "S", value_parser = parse_duration, conflicts_with = "persistent")]
+    pub ttl: Option<Duration>,
+    /// Time without heartbeats after which an ephemeral instance is deleted [registry default].
+    #[arg(long, value_name = "S", value_parser = parse_duration, conflicts_with = "persistent")]
+    pub delete_timeout: Option<Duration>,
+    /// Probe of a persistent instance [registry default: tcp].
+    #[arg(long, value_enum, requires = "persistent")]
+    pub probe: Option<ProbeKind>,
+    /// Path of an HTTP probe (implies --probe http) [registry default: /].
+    #[arg(long, value_name = "P", requires = "persistent")]
+    pub probe_path: Option<String>,
+    /// After registering, send heartbeats until Ctrl-C (ephemeral only).
+    #[arg(long, conflicts_with = "persistent")]
+    pub keep_alive: bool,
+    /// Heartbeat period with --keep-alive [default: a third of the lease TTL].
+    #[arg(long, value_name = "S", value_parser = parse_duration, requires = "keep_alive")]
+    pub every: Option<Duration>,
+}
+
+/// How the registry probes a persistent instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProbeKind {
+    /// A TCP connect is a pass.
+    Tcp,
+    /// An HTTP GET answered 200-399 is a pass.
+    Http,
+}
+
+/// Arguments of `gangway deregister`.
+#[derive(Debug, Args)]
+pub struct DeregisterArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub instance: InstanceArgs,
+}
+
+/// Arguments of `gangway heartbeat`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Stops on Ctrl-C (exit 0), or with exit 1 when the registry answers 404 (the instance is gone: \
+register it again) or 409 (the instance is not lease-kept). Unreachable-registry errors are \
+reported and retried.")]
+pub struct HeartbeatArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub instance: InstanceArgs,
+    /// Heartbeat period: seconds or 500ms/5s [default: a third of the lease TTL].
+    #[arg(long, value_name = "S", value_parser = parse_duration)]
+    pub every: Option<Duration>,
+    /// Send one heartbeat and exit.
+    #[arg(long, conflicts_with = "every")]
+    pub once: bool,
+}
+
+impl RegisterArgs {
+    /// The request body; fails on a metadata key given twice.
+    pub fn request(&self) -> Result<RegisterRequest, CliError> {
+        let mut metadata = BTreeMap::new();
+        for (k, v) in &self.meta {
+            if metadata.insert(k.clone(), v.clone()).is_some() {
+                return Err(CliError::Usage(format!("--meta: key {k:?} given twice")));
+            }
+        }
+        let probe = match (self.probe, &self.probe_path) {
+            (None, None) => None,
+            (Some(ProbeKind::Tcp), Some(_)) => {
+                return Err(CliError::Usage(
+                    "--probe-path: only HTTP probes have a path (use --probe http)".to_owned(),
+                ));
+            }
+            (Some(ProbeKind::Tcp), None) => Some(Probe {
+                kind: "tcp".to_owned(),
+                path: None,
+            }),
+            (_, path) => Some(Probe {
+                kind: "http".to_owned(),
+                path: path.clone(),
+            }),
+        };
+        Ok(RegisterRequest {
+            ip: self.instance.addr.host.clone(),
+            port: self.instance.addr.port,
+            cluster: self.instance.cluster.clone(),
+            weight: self.weight,
+            metadata,
+            ephemeral: !self.persistent,
+            ttl_ms: self.ttl.map(millis),
+            delete_timeout_ms: self.delete_timeout.map(millis),
+            probe,
+        })
+    }
+}
+
+/// `gangway register`.
+pub async fn register(ctx: &Context, args: RegisterArgs) -> Outcome {
+    let body = args.request()?;
+    let reply = ctx.registry.register(&args.instance.service, &body).await?;
+    if ctx.json {
+        output::emit_json(&reply.body)?;
+    } else {
+        let change = reply.parse()?;
+        output::emit(&output::instance_change(
+            "registered",
+            &args.instance.service.service,
+            &change,
+        ))?;
+    }
+    if !args.persistent {
+        let inst = &args.instance;
+        if args.keep_alive {
+            return heartbeat_loop(ctx, inst, args.every).await;
+        }
+        eprintln!(
+            "hint: this ephemeral instance is lease-kept: send heartbeats \
+             (`gangway heartbeat {} {}`, or register with --keep-alive), or it turns unhealthy \
+             after the TTL and disappears after the delete timeout",
+            inst.service.service, inst.addr
+        );
+    }
+    ok()
+}
+
+/// `gangway deregister`.
+pub async fn deregister(ctx: &Context, args: DeregisterArgs) -> Outcome {
+    let reply = ctx.registry.deregister(&args.instance).await?;
+    if ctx.json {
+        output::emit_json(&reply.body)?;
+    } else {
+        let r = reply.parse()?;
+        output::emit(&format!(
+            "deregistered {} from {} (revision {})",
+            args.instance.addr, args.instance.service.service, r.revision
+        ))?;
+    }
+    ok()
+}
+
+/// `gangway heartbeat`.
+pub async fn heartbeat(ctx: &Context, args: HeartbeatArgs) -> Outcome {
+    if args.once {
+        let reply = ctx
+            .registry
+            .heartbeat(&args.instance)
+            .await
+            .map_err(lease_hint)?;
+        if ctx.json {
+            output::emit_json(&reply.body)?;
+        } else {
+            let a = reply.parse()?;
+            output::emit(&format!(
+                "heartbeat sent for {}: {}, lease TTL {}",
+                args.instance.addr,
+                if a.healthy { "healthy" } else { "UNHEALTHY" },
+                format_duration(Duration::from_millis(a.ttl_ms))
+            ))?;
+        }
+        return ok();
+    }
+    heartbeat_loop(ctx, &args.instance, args.every).await
+}
+
+/// Heartbeats until Ctrl-C; the period is `every`, else a third of the TTL the registry reports.
+async fn heartbeat_loop(ctx: &Context, inst: &InstanceArgs, every: Option<Duration>) -> Outcome {
+    let first = ctx.registry.heartbeat(inst).await.map_err(lease_hint)?;
+    let answer = first.parse()?;
+    let period = every
+        .or_else(|| (answer.ttl_ms > 0).then(|| Duration::from_millis(answer.ttl_ms / 3)))
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_HEARTBEAT_EVERY);
+    if ctx.json {
+        output::emit_json(&first.body)?;
+    } else {
+        output::emit(&format!(
+            "heartbeating {} in {} every {} (lease TTL {}); Ctrl-C to stop",
+            inst.addr,
+            inst.service.service,
+            format_duration(period),
+            format_duration(Duration::from_millis(answer.ttl_ms))
+        ))?;
+    }
+    let mut healthy = answer.healthy;
+    let mut failing = false;
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tick.tick().await;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = &mut ctrl_c => {
+                if !ctx.json {
+                    eprintln!("stopped heartbeats; the lease now runs out");
+                }
+                return ok();
+            }
+            _ = tick.tick() => {}
+        }
+        match ctx.registry.heartbeat(inst).await {
+            Ok(reply) => {
+                if ctx.json {
+                    output::emit_json(&reply.body)?;
+                    continue;
+                }
+                let a = reply.parse()?;
+                if failing {
+                    eprintln!("heartbeats reach the registry again");
+                    failing = false;
+                }
+                if a.healthy != healthy {
+                    output::emit(&format!(
+                        "{} is now {}",
+                        inst.addr,
+                        if a.healthy { "healthy" } else { "UNHEALTHY" }
+                    ))?;
+                    healthy = a.healthy;
+                }
+            }
+            Err(e @ ApiError::Status { .. }) => return Err(lease_hint(e).into()),
+            Err(e) => {
+                // A restarting or briefly unreachable registry: keep trying.
+                eprintln!("warning: heartbeat failed: {e}");
+                failing = true;
+            }
+        }
+    }
+}
+
+/// Adds what to do to a 404 (instance gone) or 409 (not lease-kept) answer to a heartbeat.
+fn lease_hint(e: ApiError) -> ApiError {
+    match e {
+        ApiError::Status {
+            status: 404,
+            code,
+            message,
+            field,
+        } => ApiError::Status {
+            status: 404,
+            code,
+            message: format!("{message}; the instance is gone: register it again"),
+            field,
+        },
+        ApiError::Status {
+            status: 409,
+            code,
+            message,
+            field,
+        } => ApiError::Status {
+            status: 409,
+            code,
+            message: format!("{message}; only ephemeral HTTP registrations take heartbeats"),
+            field,
+        },
+        other => other,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,166 @@
+//! `gangway`: the command line of the gangway service registry.
+//!
+//! Registry commands talk to a running registry over its REST API (`--server`, default
+//! `127.0.0.1:8848`): tables for people by default, the registry's raw JSON with `--json`.
+//! Errors are one line on stderr and a non-zero exit status (2 for bad arguments, nothing sent).
+//!
+//! Layout: [`Command`] lists the subcommands; each group lives in `commands/`, the typed HTTP
+//! client in `api`, rendering in `output`, argument parsers in `args`.
+
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::{Parser, Subcommand};
+
+mod api;
+mod args;
+mod commands;
+mod error;
+mod output;
+mod sse;
+
+use commands::{Context, drain, list, register, watch};
+use error::{CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+
+/// Default registry address (Nacos's default HTTP port).
+pub const DEFAULT_SERVER: &str = "127.0.0.1:8848";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gangway",
+    version,
+    about = "gangway service registry: register instances, watch services, drain before shutdown",
+    propagate_version = true,
+    max_term_width = 100
+)]
+struct Cli {
+    /// Registry address, HOST:PORT.
+    #[arg(
+        long,
+        short = 's',
+        global = true,
+        help_heading = "Global options",
+        env = "GANGWAY_SERVER",
+        default_value = DEFAULT_SERVER,
+        value_name = "HOST:PORT"
+    )]
+    server: String,
+    /// Print the registry's raw JSON answer instead of a table.
+    #[arg(long, global = true, help_heading = "Global options")]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Register an instance (ephemeral and lease-kept by default).
+    Register(register::RegisterArgs),
+    /// Keep an ephemeral instance's lease alive: heartbeats until Ctrl-C, or once.
+    Heartbeat(register::HeartbeatArgs),
+    /// Remove an instance.
+    Deregister(register::DeregisterArgs),
+    /// List a service's instances (the consumer view, or all with --all).
+    List(list::ListArgs),
+    /// List services with their revision, instance and subscriber counts.
+    Services(list::ServicesArgs),
+    /// Follow a service's consumer view as the registry pushes it.
+    Watch(watch::WatchArgs),
+    /// Take an instance out of rotation; with --wait, drain it (Kubernetes preStop).
+    Offline(drain::OfflineArgs),
+    /// Put an instance back into rotation.
+    Online(drain::OnlineArgs),
+    /// Offline an instance and wait until every subscriber acked it (= offline --wait).
+    Drain(drain::DrainArgs),
+    /// Show a service's subscribers and the revision each has acked.
+    Subscribers(list::SubscribersArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => report(&e),
+    }
+}
+
+/// Runs one command. Commands return a typed [`CliError`]; `anyhow` is for what main itself
+/// starts (e.g. an embedded server).
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let ctx = Context::new(&cli.server, cli.json).map_err(CliError::from)?;
+    let outcome = match cli.command {
+        Command::Register(a) => register::register(&ctx, a).await,
+        Command::Heartbeat(a) => register::heartbeat(&ctx, a).await,
+        Command::Deregister(a) => register::deregister(&ctx, a).await,
+        Command::List(a) => list::list(&ctx, a).await,
+        Command::Services(a) => list::services(&ctx, a).await,
+        Command::Watch(a) => watch::watch(&ctx, a).await,
+        Command::Offline(a) => drain::offline(&ctx, a).await,
+        Command::Online(a) => drain::online(&ctx, a).await,
+        Command::Drain(a) => drain::drain(&ctx, a).await,
+        Command::Subscribers(a) => list::subscribers(&ctx, a).await,
+    };
+    Ok(outcome?)
+}
+
+/// Prints `error: ...` (one line) and picks the exit status.
+fn report(e: &anyhow::Error) -> ExitCode {
+    match e.downcast_ref::<CliError>() {
+        Some(c) if c.is_broken_pipe() => ExitCode::from(EXIT_OK),
+        Some(c) => {
+            eprintln!("error: {c}");
+            ExitCode::from(c.exit_code())
+        }
+        None => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+/// Help and version print as clap does; a bad value is one line naming the argument (exit 2);
+/// other usage errors keep clap's usage hint.
+fn usage_error(e: clap::Error) -> ExitCode {
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK })
+        }
+        ErrorKind::ValueValidation => {
+            let text = e.render().to_string();
+            eprintln!("{}", text.lines().next().unwrap_or("error: invalid value"));
+            ExitCode::from(EXIT_USAGE)
+        }
+        _ => {
+            let _ = e.print();
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

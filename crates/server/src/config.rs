@@ -1,0 +1,101 @@
+//! Server configuration: typed, built once at start-up, defaults as constants.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default REST address (Nacos's default port).
+pub const DEFAULT_HTTP: &str = "127.0.0.1:8848";
+/// Default gRPC address (HTTP port + 1000, as Nacos).
+pub const DEFAULT_GRPC: &str = "127.0.0.1:9848";
+/// Default HTTP/2 keepalive ping interval for sessions (issue #2): 1 s.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// Default HTTP/2 keepalive ping timeout: a session whose peer does not answer within it ends: 3 s.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default lease TTL: unhealthy after this long without a heartbeat (Nacos: 15 s).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(15);
+/// Default lease delete timeout: deleted after this long without a heartbeat (Nacos: 30 s).
+pub const DEFAULT_LEASE_DELETE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default warm-up after start: no snapshots are pushed while sessions re-register: 5 s.
+pub const DEFAULT_WARMUP: Duration = Duration::from_secs(5);
+/// Default expiry of an offline mark whose instance is gone: 10 min.
+pub const DEFAULT_OFFLINE_MARK_EXPIRY: Duration = Duration::from_secs(600);
+/// Default resend interval for unacked pushes: 1 s.
+pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(1);
+/// Default drain timeout: 30 s.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A poller (HTTP list call with `subscriber=`) is forgotten after this long without a poll.
+pub const DEFAULT_POLLER_EXPIRY: Duration = Duration::from_secs(90);
+
+/// Everything the server needs, resolved.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// REST address; port 0 picks a free port.
+    pub http: SocketAddr,
+    /// gRPC address; port 0 picks a free port.
+    pub grpc: SocketAddr,
+    /// Data directory for the redb store; `None` keeps durable state in memory (tests only).
+    pub data_dir: Option<PathBuf>,
+    /// Session and lease timing.
+    pub liveness: Liveness,
+    /// No snapshots are pushed for this long after start.
+    pub warmup: Duration,
+    /// Offline marks of instances gone this long are dropped.
+    pub offline_mark_expiry: Duration,
+    /// Unacked pushes are re-sent after this long.
+    pub resend_interval: Duration,
+    /// Pollers silent this long leave the subscriber table.
+    pub poller_expiry: Duration,
+}
+
+/// Liveness timing (DESIGN §3).
+#[derive(Debug, Clone, Copy)]
+pub struct Liveness {
+    /// HTTP/2 keepalive ping interval on session connections.
+    pub keepalive_interval: Duration,
+    /// HTTP/2 keepalive ping timeout.
+    pub keepalive_timeout: Duration,
+    /// Lease TTL (server default; instances may set their own).
+    pub lease_ttl: Duration,
+    /// Lease delete timeout (server default; instances may set their own).
+    pub lease_delete_timeout: Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            lease_delete_timeout: DEFAULT_LEASE_DELETE_TIMEOUT,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            http: DEFAULT_HTTP.parse().expect("valid default"),
+            grpc: DEFAULT_GRPC.parse().expect("valid default"),
+            data_dir: Some(PathBuf::from("./gangway-data")),
+            liveness: Liveness::default(),
+            warmup: DEFAULT_WARMUP,
+            offline_mark_expiry: DEFAULT_OFFLINE_MARK_EXPIRY,
+            resend_interval: DEFAULT_RESEND_INTERVAL,
+            poller_expiry: DEFAULT_POLLER_EXPIRY,
+        }
+    }
+}
+
+impl Config {
+    /// Loopback, free ports, in-memory store, no warm-up: for tests.
+    pub fn for_tests() -> Self {
+        Self {
+            http: "127.0.0.1:0".parse().expect("valid"),
+            grpc: "127.0.0.1:0".parse().expect("valid"),
+            data_dir: None,
+            warmup: Duration::ZERO,
+            ..Self::default()
+        }
+    }
+}

@@ -1,0 +1,691 @@
+//! The registry engine (DESIGN §2-§4): one in-memory state behind a mutex, durable parts
+//! written through the [`Store`] before they are acknowledged.
+//!
+//! Every change to a service bumps its revision (one global counter, started from the boot
+//! time in µs so revisions keep growing across restarts) and publishes a new [`Snapshot`] on the
+//! service's `watch` channel; push streams ([`Registry::pushes`]) turn that into coalesced,
+//! re-sent pushes, and acks flow back through [`Registry::ack`]. [`Registry::drain`] waits on
+//! those acks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use gangway_core::model::{
+    Instance, InstanceKey, Kind, OfflineMark, ProbeSpec, ServiceKey, ServiceSettings, StoredInstance,
+};
+use gangway_core::{View, validate};
+use gangway_store::{Store, Write};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+mod background;
+mod drain;
+mod probe;
+mod subscribers;
+#[cfg(test)]
+mod tests;
+
+pub use drain::DrainReport;
+pub use subscribers::{SubscriberInfo, SubscriberKind, SubscriberRow};
+
+/// A service's consumer view at one revision, as pushed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Which service.
+    pub service: ServiceKey,
+    /// The view (revision, instances, protection flag).
+    pub view: View,
+}
+
+/// Who keeps an instance alive (DESIGN §3).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Liveness {
+    /// Ephemeral, bound to a session (gRPC stream) with this id.
+    Session(String),
+    /// Ephemeral, kept by heartbeats.
+    Lease(Lease),
+    /// Persistent, probed by the registry.
+    Probe(ProbeSpec),
+}
+
+impl Liveness {
+    /// `"session"`, `"lease"` or `"probe"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Liveness::Session(_) => "session",
+            Liveness::Lease(_) => "lease",
+            Liveness::Probe(_) => "probe",
+        }
+    }
+}
+
+/// Lease state of a heartbeat-kept instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    /// Last heartbeat (or registration).
+    pub last_heartbeat: Instant,
+    /// Unhealthy after this long without a heartbeat.
+    pub ttl: Duration,
+    /// Deleted after this long without a heartbeat.
+    pub delete_timeout: Duration,
+}
+
+/// What a registration asks for before liveness is bound.
+#[derive(Debug, Clone)]
+pub enum LivenessRequest {
+    /// Bind to this session.
+    Session(String),
+    /// A lease; `None` takes the server defaults.
+    Lease {
+        /// TTL.
+        ttl: Option<Duration>,
+        /// Delete timeout.
+        delete_timeout: Option<Duration>,
+    },
+    /// Persistent with this probe.
+    Probe(ProbeSpec),
+}
+
+/// An instance with its liveness, as listed with `all=true`.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The instance.
+    pub instance: Instance,
+    /// Who keeps it alive.
+    pub liveness: Liveness,
+}
+
+/// A change to an existing instance; `None` fields stay as they are.
+#[derive(Debug, Clone, Default)]
+pub struct Patch {
+    /// New weight.
+    pub weight: Option<f64>,
+    /// New metadata (replaces the map).
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Offline (`false`) or online (`true`), with the durable offline mark.
+    pub enabled: Option<bool>,
+}
+
+/// Summary of one service, for listings.
+#[derive(Debug, Clone)]
+pub struct ServiceSummary {
+    /// Identity.
+    pub key: ServiceKey,
+    /// Kind, fixed by the instances it holds; `None` when empty.
+    pub kind: Option<Kind>,
+    /// Current revision (0: never changed since start).
+    pub revision: u64,
+    /// All instances.
+    pub instances: usize,
+    /// Instances in the consumer view.
+    pub serving: usize,
+    /// Live subscribers.
+    pub subscribers: usize,
+    /// Settings.
+    pub settings: ServiceSettings,
+}
+
+pub(crate) struct ServiceEntry {
+    pub(crate) settings: ServiceSettings,
+    pub(crate) instances: BTreeMap<InstanceKey, Entry>,
+    pub(crate) revision: u64,
+    pub(crate) tx: watch::Sender<Arc<Snapshot>>,
+}
+
+impl ServiceEntry {
+    fn new(key: &ServiceKey) -> Self {
+        let view = View::build(0, [], 0.0);
+        let (tx, _) = watch::channel(Arc::new(Snapshot { service: key.clone(), view }));
+        Self { settings: ServiceSettings::default(), instances: BTreeMap::new(), revision: 0, tx }
+    }
+
+    pub(crate) fn kind(&self) -> Option<Kind> {
+        self.instances.values().next().map(|e| {
+            if e.instance.ephemeral { Kind::Ephemeral } else { Kind::Persistent }
+        })
+    }
+
+    pub(crate) fn view(&self) -> View {
+        View::build(
+            self.revision,
+            self.instances.values().map(|e| &e.instance),
+            self.settings.protect_threshold,
+        )
+    }
+}
+
+pub(crate) struct MarkEntry {
+    /// The durable mark (kept for listings and expiry decisions).
+    #[allow(dead_code)]
+    pub(crate) mark: OfflineMark,
+    /// When the marked instance was last seen leaving (None: present).
+    pub(crate) gone_since: Option<Instant>,
+}
+
+#[allow(dead_code)] // shown by future session listings
+pub(crate) struct SessionEntry {
+    pub(crate) peer: String,
+    pub(crate) client_name: String,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) services: HashMap<ServiceKey, ServiceEntry>,
+    pub(crate) sessions: HashMap<String, SessionEntry>,
+    pub(crate) subscribers: HashMap<String, subscribers::Subscriber>,
+    pub(crate) marks: HashMap<(ServiceKey, InstanceKey), MarkEntry>,
+    pub(crate) revision: u64,
+}
+
+impl State {
+    fn service(&mut self, key: &ServiceKey) -> &mut ServiceEntry {
+        self.services.entry(key.clone()).or_insert_with(|| ServiceEntry::new(key))
+    }
+
+    /// Bumps the service's revision and publishes its new snapshot. Returns the revision.
+    pub(crate) fn publish(&mut self, key: &ServiceKey) -> u64 {
+        self.revision += 1;
+        let revision = self.revision;
+        let entry = self.service(key);
+        entry.revision = revision;
+        let snapshot = Arc::new(Snapshot { service: key.clone(), view: entry.view() });
+        entry.tx.send_replace(snapshot);
+        revision
+    }
+
+    fn check_kind(&self, key: &ServiceKey, kind: Kind) -> Result<(), ApiError> {
+        match self.services.get(key).and_then(ServiceEntry::kind) {
+            Some(existing) if existing != kind => Err(ApiError::conflict(format!(
+                "service {key} is {existing}; cannot register a {kind} instance in it"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn entry(&self, key: &ServiceKey, instance: &InstanceKey) -> Result<&Entry, ApiError> {
+        self.services
+            .get(key)
+            .and_then(|s| s.instances.get(instance))
+            .ok_or_else(|| ApiError::not_found(format!("no instance {instance} in service {key}")))
+    }
+
+    fn entry_mut(&mut self, key: &ServiceKey, instance: &InstanceKey) -> Result<&mut Entry, ApiError> {
+        self.services
+            .get_mut(key)
+            .and_then(|s| s.instances.get_mut(instance))
+            .ok_or_else(|| ApiError::not_found(format!("no instance {instance} in service {key}")))
+    }
+
+    /// Removes an instance, noting when a marked instance left. Does not publish.
+    pub(crate) fn remove(&mut self, key: &ServiceKey, instance: &InstanceKey) -> Option<Entry> {
+        let removed = self.services.get_mut(key)?.instances.remove(instance)?;
+        if let Some(mark) = self.marks.get_mut(&(key.clone(), instance.clone())) {
+            mark.gone_since = Some(Instant::now());
+        }
+        Some(removed)
+    }
+
+    fn insert(&mut self, key: &ServiceKey, mut instance: Instance, liveness: Liveness) -> u64 {
+        if let Some(mark) = self.marks.get_mut(&(key.clone(), instance.key.clone())) {
+            instance.enabled = false;
+            mark.gone_since = None;
+        }
+        let entry = Entry { instance, liveness };
+        self.service(key).instances.insert(entry.instance.key.clone(), entry);
+        self.publish(key)
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) state: Mutex<State>,
+    store: Arc<dyn Store>,
+    /// Serialises durable writes with the in-memory change that follows them.
+    durable: tokio::sync::Mutex<()>,
+    pub(crate) config: Config,
+    boot_id: String,
+    warm: watch::Sender<bool>,
+    /// Bumped on every ack and every subscriber that leaves: drains wait on it.
+    pub(crate) acks: watch::Sender<u64>,
+    pub(crate) metrics: Metrics,
+    probes: Mutex<HashMap<(ServiceKey, InstanceKey), tokio::task::AbortHandle>>,
+    next_id: AtomicU64,
+}
+
+/// The registry. Cheap to clone; all clones share one state.
+#[derive(Clone)]
+pub struct Registry {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Registry {
+    /// Loads durable state from `store`, starts probes for persistent instances, the lease,
+    /// mark and poller checker, and the warm-up timer. Must run inside a tokio runtime.
+    pub fn start(store: Arc<dyn Store>, config: Config, metrics: Metrics) -> Result<Self, ApiError> {
+        let contents = store.load()?;
+        let boot_micros =
+            SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
+        let mut state = State { revision: boot_micros, ..State::default() };
+        for (key, settings) in &contents.services {
+            state.service(key).settings = settings.clone();
+        }
+        let now = Instant::now();
+        for ((svc, key), mark) in &contents.offline_marks {
+            // Absent until a registration says otherwise; the expiry clock starts now.
+            state.marks.insert((svc.clone(), key.clone()), MarkEntry { mark: mark.clone(), gone_since: Some(now) });
+        }
+        let mut persistent = Vec::new();
+        for (svc, instances) in &contents.instances {
+            for stored in instances.values() {
+                let mut instance = stored.instance.clone();
+                instance.healthy = true;
+                state.insert(svc, instance, Liveness::Probe(stored.probe.clone()));
+                persistent.push((svc.clone(), stored.instance.key.clone(), stored.probe.clone()));
+            }
+        }
+        let warm = config.warmup.is_zero();
+        let registry = Registry {
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                store,
+                durable: tokio::sync::Mutex::new(()),
+                boot_id: format!("{boot_micros:x}"),
+                warm: watch::channel(warm).0,
+                acks: watch::channel(0).0,
+                metrics,
+                probes: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                config,
+            }),
+        };
+        for (svc, key, spec) in persistent {
+            registry.start_probe(svc, key, spec);
+        }
+        registry.spawn_background();
+        Ok(registry)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn next_id(&self, prefix: &str) -> String {
+        format!("{prefix}{}", self.inner.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Changes on every start (hex of the boot time in µs).
+    pub fn boot_id(&self) -> &str {
+        &self.inner.boot_id
+    }
+
+    /// The configuration the registry runs with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// True while the warm-up after start holds back snapshots.
+    pub fn warming_up(&self) -> bool {
+        !*self.inner.warm.borrow()
+    }
+
+    /// Resolves once warm-up is over.
+    pub async fn warmed_up(&self) {
+        let mut rx = self.inner.warm.subscribe();
+        let _ = rx.wait_for(|warm| *warm).await;
+    }
+
+    async fn write(&self, batch: Vec<Write>) -> Result<(), ApiError> {
+        let store = self.inner.store.clone();
+        tokio::task::spawn_blocking(move || store.apply(&batch))
+            .await
+            .map_err(|e| ApiError::Store(format!("store task failed: {e}")))??;
+        Ok(())
+    }
+
+    /// Registers (or re-registers, replacing fields) an instance.
+    ///
+    /// Errors: 400 on any invalid field (nothing changes), 404 for an unknown session,
+    /// 409 when the service holds instances of the other kind.
+    pub async fn register(
+        &self,
+        service: ServiceKey,
+        instance: Instance,
+        liveness: LivenessRequest,
+    ) -> Result<(u64, Instance), ApiError> {
+        validate::service_key(&service)?;
+        validate::instance_key(&instance.key)?;
+        validate::weight(instance.weight)?;
+        validate::metadata(&instance.metadata)?;
+        let liveness = self.bind_liveness(liveness)?;
+        let kind = if matches!(liveness, Liveness::Probe(_)) { Kind::Persistent } else { Kind::Ephemeral };
+        let mut instance = instance;
+        instance.ephemeral = kind == Kind::Ephemeral;
+        instance.healthy = true;
+        if let Liveness::Probe(probe) = &liveness {
+            let _durable = self.inner.durable.lock().await;
+            {
+                let state = self.lock();
+                state.check_kind(&service, kind)?;
+                if state.marks.contains_key(&(service.clone(), instance.key.clone())) {
+                    instance.enabled = false;
+                }
+            }
+            let stored = StoredInstance { instance: instance.clone(), probe: probe.clone() };
+            self.write(vec![Write::PutInstance(service.clone(), stored)]).await?;
+            let revision = {
+                let mut state = self.lock();
+                state.insert(&service, instance.clone(), liveness.clone())
+            };
+            self.start_probe(service.clone(), instance.key.clone(), probe.clone());
+            return Ok((revision, self.instance(&service, &instance.key)?));
+        }
+        let mut state = self.lock();
+        state.check_kind(&service, kind)?;
+        if let Liveness::Session(id) = &liveness {
+            if !state.sessions.contains_key(id) {
+                return Err(ApiError::not_found(format!("no session {id}")));
+            }
+        }
+        let key = instance.key.clone();
+        let revision = state.insert(&service, instance, liveness);
+        let stored = state.entry(&service, &key)?.instance.clone();
+        Ok((revision, stored))
+    }
+
+    fn bind_liveness(&self, request: LivenessRequest) -> Result<Liveness, ApiError> {
+        Ok(match request {
+            LivenessRequest::Session(id) => Liveness::Session(id),
+            LivenessRequest::Lease { ttl, delete_timeout } => {
+                let ttl = ttl.unwrap_or(self.inner.config.liveness.lease_ttl);
+                let delete_timeout = delete_timeout.unwrap_or(self.inner.config.liveness.lease_delete_timeout);
+                if ttl < Duration::from_millis(100) {
+                    return Err(ApiError::invalid("ttl_ms", format!("must be at least 100, got {}", ttl.as_millis())));
+                }
+                if delete_timeout < ttl {
+                    return Err(ApiError::invalid(
+                        "delete_timeout_ms",
+                        format!(
+                            "must be at least the TTL ({} ms), got {}",
+                            ttl.as_millis(),
+                            delete_timeout.as_millis()
+                        ),
+                    ));
+                }
+                Liveness::Lease(Lease { last_heartbeat: Instant::now(), ttl, delete_timeout })
+            }
+            LivenessRequest::Probe(spec) => {
+                if spec.interval_ms < 100 || spec.interval_ms > 3_600_000 {
+                    return Err(ApiError::invalid(
+                        "probe.interval_ms",
+                        format!("must be 100-3600000, got {}", spec.interval_ms),
+                    ));
+                }
+                if spec.fall == 0 || spec.rise == 0 || spec.fall > 100 || spec.rise > 100 {
+                    return Err(ApiError::invalid("probe", "fall and rise must be 1-100"));
+                }
+                if !spec.path.starts_with('/') {
+                    return Err(ApiError::invalid("probe.path", format!("must start with '/', got {:?}", spec.path)));
+                }
+                Liveness::Probe(spec)
+            }
+        })
+    }
+
+    /// One instance as stored. Errors: 404.
+    pub fn instance(&self, service: &ServiceKey, key: &InstanceKey) -> Result<Instance, ApiError> {
+        Ok(self.lock().entry(service, key)?.instance.clone())
+    }
+
+    /// Deletes an instance (and its durable record if persistent). Errors: 404.
+    pub async fn deregister(&self, service: &ServiceKey, key: &InstanceKey) -> Result<u64, ApiError> {
+        let persistent = !self.lock().entry(service, key)?.instance.ephemeral;
+        if persistent {
+            let _durable = self.inner.durable.lock().await;
+            self.lock().entry(service, key)?;
+            self.write(vec![Write::DeleteInstance(service.clone(), key.clone())]).await?;
+            self.stop_probe(service, key);
+        }
+        let mut state = self.lock();
+        state.remove(service, key).ok_or_else(|| ApiError::not_found(format!("no instance {key} in service {service}")))?;
+        Ok(state.publish(service))
+    }
+
+    /// Removes an instance if `session` still owns it (a session's own deregister).
+    pub fn deregister_on_session(&self, session: &str, service: &ServiceKey, key: &InstanceKey) -> Result<u64, ApiError> {
+        let mut state = self.lock();
+        match &state.entry(service, key)?.liveness {
+            Liveness::Session(owner) if owner == session => {}
+            _ => return Err(ApiError::conflict(format!("instance {key} of {service} is not registered on this session"))),
+        }
+        state.remove(service, key);
+        Ok(state.publish(service))
+    }
+
+    /// Changes weight, metadata and/or enabled (the latter with its durable offline mark).
+    /// Validates everything first; errors: 400, 404. Returns the new revision and instance.
+    pub async fn update(&self, service: &ServiceKey, key: &InstanceKey, patch: Patch) -> Result<(u64, Instance), ApiError> {
+        if let Some(w) = patch.weight {
+            validate::weight(w)?;
+        }
+        if let Some(m) = &patch.metadata {
+            validate::metadata(m)?;
+        }
+        let _durable = self.inner.durable.lock().await;
+        let mut batch = Vec::new();
+        let updated = {
+            let state = self.lock();
+            let entry = state.entry(service, key)?;
+            let mut instance = entry.instance.clone();
+            if let Some(w) = patch.weight {
+                instance.weight = w;
+            }
+            if let Some(m) = patch.metadata.clone() {
+                instance.metadata = m;
+            }
+            if let Some(enabled) = patch.enabled {
+                instance.enabled = enabled;
+                let has_mark = state.marks.contains_key(&(service.clone(), key.clone()));
+                match (enabled, has_mark) {
+                    (false, false) => batch.push(Write::PutOfflineMark(
+                        service.clone(),
+                        key.clone(),
+                        OfflineMark { since_ms: now_ms() },
+                    )),
+                    (true, true) => batch.push(Write::DeleteOfflineMark(service.clone(), key.clone())),
+                    _ => {}
+                }
+            }
+            if let Liveness::Probe(probe) = &entry.liveness {
+                let mut stored = instance.clone();
+                stored.healthy = true;
+                batch.push(Write::PutInstance(service.clone(), StoredInstance { instance: stored, probe: probe.clone() }));
+            }
+            instance
+        };
+        if !batch.is_empty() {
+            self.write(batch).await?;
+        }
+        let mut state = self.lock();
+        match patch.enabled {
+            Some(false) => {
+                state.marks.entry((service.clone(), key.clone())).or_insert(MarkEntry {
+                    mark: OfflineMark { since_ms: now_ms() },
+                    gone_since: None,
+                });
+            }
+            Some(true) => {
+                state.marks.remove(&(service.clone(), key.clone()));
+            }
+            None => {}
+        }
+        // The instance may have left while the store wrote; then there is nothing to change.
+        let entry = state.entry_mut(service, key)?;
+        let healthy = entry.instance.healthy;
+        entry.instance = Instance { healthy, ..updated };
+        let instance = entry.instance.clone();
+        Ok((state.publish(service), instance))
+    }
+
+    /// Sets an instance offline (`enabled=false`) or online, durably. Errors: 404.
+    pub async fn set_enabled(&self, service: &ServiceKey, key: &InstanceKey, enabled: bool) -> Result<(u64, Instance), ApiError> {
+        self.update(service, key, Patch { enabled: Some(enabled), ..Patch::default() }).await
+    }
+
+    /// Renews a lease. Errors: 404 unknown instance (the client should re-register),
+    /// 409 when the instance is not lease-kept. Returns (ttl, healthy after renewal).
+    pub fn heartbeat(&self, service: &ServiceKey, key: &InstanceKey) -> Result<Duration, ApiError> {
+        let mut state = self.lock();
+        let entry = state.entry_mut(service, key)?;
+        let Liveness::Lease(lease) = &mut entry.liveness else {
+            return Err(ApiError::conflict(format!(
+                "instance {key} of {service} is kept alive by its {}, not by heartbeats",
+                entry.liveness.as_str()
+            )));
+        };
+        lease.last_heartbeat = Instant::now();
+        let ttl = lease.ttl;
+        if !entry.instance.healthy {
+            entry.instance.healthy = true;
+            state.publish(service);
+        }
+        Ok(ttl)
+    }
+
+    /// Sets an instance's health flag (probes); publishes only on a change.
+    pub(crate) fn set_health(&self, service: &ServiceKey, key: &InstanceKey, healthy: bool) {
+        let mut state = self.lock();
+        if let Ok(entry) = state.entry_mut(service, key) {
+            if entry.instance.healthy != healthy {
+                entry.instance.healthy = healthy;
+                state.publish(service);
+            }
+        }
+    }
+
+    /// Settings of a service. Errors: 404 if the registry knows nothing of it.
+    pub fn settings(&self, service: &ServiceKey) -> Result<ServiceSettings, ApiError> {
+        self.lock()
+            .services
+            .get(service)
+            .map(|s| s.settings.clone())
+            .ok_or_else(|| ApiError::not_found(format!("no service {service}")))
+    }
+
+    /// Replaces a service's settings, durably. Errors: 400.
+    pub async fn put_settings(&self, service: &ServiceKey, settings: ServiceSettings) -> Result<u64, ApiError> {
+        validate::service_key(service)?;
+        validate::protect_threshold(settings.protect_threshold)?;
+        validate::metadata(&settings.metadata)?;
+        let _durable = self.inner.durable.lock().await;
+        self.write(vec![Write::PutService(service.clone(), settings.clone())]).await?;
+        let mut state = self.lock();
+        state.service(service).settings = settings;
+        Ok(state.publish(service))
+    }
+
+    /// The consumer view of a service (revision 0 and empty if unknown).
+    pub fn view(&self, service: &ServiceKey) -> View {
+        self.lock().services.get(service).map(ServiceEntry::view).unwrap_or_else(|| View::build(0, [], 0.0))
+    }
+
+    /// Every instance of a service with its liveness, and the revision.
+    pub fn entries(&self, service: &ServiceKey) -> (u64, Vec<Entry>) {
+        let state = self.lock();
+        match state.services.get(service) {
+            Some(s) => (s.revision, s.instances.values().cloned().collect()),
+            None => (0, Vec::new()),
+        }
+    }
+
+    /// Services with instances, settings or subscribers, filtered by namespace/group if given.
+    pub fn services(&self, namespace: Option<&str>, group: Option<&str>) -> Vec<ServiceSummary> {
+        let state = self.lock();
+        let mut subscribers: HashMap<&ServiceKey, usize> = HashMap::new();
+        for s in state.subscribers.values() {
+            *subscribers.entry(&s.service).or_default() += 1;
+        }
+        let mut out: Vec<ServiceSummary> = state
+            .services
+            .iter()
+            .filter(|(k, _)| namespace.is_none_or(|n| k.namespace == n) && group.is_none_or(|g| k.group == g))
+            .filter(|(k, s)| {
+                !s.instances.is_empty() || s.settings != ServiceSettings::default() || subscribers.contains_key(k)
+            })
+            .map(|(k, s)| ServiceSummary {
+                key: k.clone(),
+                kind: s.kind(),
+                revision: s.revision,
+                instances: s.instances.len(),
+                serving: s.view().instances.len(),
+                subscribers: subscribers.get(k).copied().unwrap_or(0),
+                settings: s.settings.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    /// One service's summary. Errors: 404.
+    pub fn service(&self, service: &ServiceKey) -> Result<ServiceSummary, ApiError> {
+        self.services(Some(&service.namespace), Some(&service.group))
+            .into_iter()
+            .find(|s| &s.key == service)
+            .ok_or_else(|| ApiError::not_found(format!("no service {service}")))
+    }
+
+    /// Opens a session for a connected peer. Returns its id (`s<N>`).
+    pub fn open_session(&self, peer: String, client_name: String) -> String {
+        let id = self.next_id("s");
+        self.lock().sessions.insert(id.clone(), SessionEntry { peer, client_name });
+        self.inner.metrics.sessions_opened.inc();
+        id
+    }
+
+    /// Ends a session: its instances go at once, its subscriptions leave every drain's wait.
+    pub fn close_session(&self, id: &str) {
+        let mut state = self.lock();
+        state.sessions.remove(id);
+        let owned: Vec<(ServiceKey, InstanceKey)> = state
+            .services
+            .iter()
+            .flat_map(|(svc, s)| {
+                s.instances
+                    .values()
+                    .filter(|e| matches!(&e.liveness, Liveness::Session(owner) if owner == id))
+                    .map(move |e| (svc.clone(), e.instance.key.clone()))
+            })
+            .collect();
+        let mut touched: Vec<ServiceKey> = Vec::new();
+        for (svc, key) in owned {
+            state.remove(&svc, &key);
+            if !touched.contains(&svc) {
+                touched.push(svc);
+            }
+        }
+        for svc in &touched {
+            state.publish(svc);
+        }
+        let before = state.subscribers.len();
+        state.subscribers.retain(|_, s| s.session.as_deref() != Some(id));
+        let left = before != state.subscribers.len();
+        drop(state);
+        if left {
+            self.inner.acks.send_modify(|n| *n += 1);
+        }
+        tracing::debug!(session = id, services = touched.len(), "session closed");
+    }
+
+    /// Number of live sessions.
+    pub fn session_count(&self) -> usize {
+        self.lock().sessions.len()
+    }
+}

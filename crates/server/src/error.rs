@@ -1,0 +1,134 @@
+//! The one error type that reaches the wire: REST (status + JSON body) and gRPC (status code).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use gangway_core::ValidationError;
+use gangway_store::StoreError;
+use serde::Serialize;
+
+/// A request the registry refuses or could not carry out. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// Bad input (HTTP 400, gRPC INVALID_ARGUMENT), naming the field.
+    #[error("{0}")]
+    Invalid(ValidationError),
+    /// Unknown service or instance (HTTP 404, gRPC NOT_FOUND).
+    #[error("{message}")]
+    NotFound {
+        /// Readable message naming what is missing.
+        message: String,
+    },
+    /// The request contradicts the registry's state (HTTP 409, gRPC FAILED_PRECONDITION).
+    #[error("{message}")]
+    Conflict {
+        /// Readable message.
+        message: String,
+    },
+    /// The registry is starting and holds back snapshots (HTTP 503, gRPC UNAVAILABLE).
+    #[error("the registry is warming up; retry shortly")]
+    WarmingUp,
+    /// The durable store failed (HTTP 500, gRPC INTERNAL).
+    #[error("{0}")]
+    Store(String),
+}
+
+impl ApiError {
+    /// A 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::NotFound { message: message.into() }
+    }
+
+    /// A 409.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::Conflict { message: message.into() }
+    }
+
+    /// A 400 about `field`.
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::Invalid(ValidationError::new(field, message))
+    }
+
+    /// Stable code: `invalid_argument`, `not_found`, `conflict`, `warming_up`, `internal`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Invalid(_) => "invalid_argument",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::Conflict { .. } => "conflict",
+            ApiError::WarmingUp => "warming_up",
+            ApiError::Store(_) => "internal",
+        }
+    }
+
+    /// The field the error is about, if any.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ApiError::Invalid(v) => Some(&v.field),
+            _ => None,
+        }
+    }
+
+    /// The message without the field prefix.
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::Invalid(v) => v.message.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::WarmingUp => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        ApiError::Invalid(e)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::Store(e.to_string())
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: String,
+    field: Option<&'a str>,
+}
+
+impl IntoResponse for ApiError {
+    /// `{"error": {"code", "message", "field"}}` with the variant's status.
+    fn into_response(self) -> Response {
+        let body = Body { error: Inner { code: self.code(), message: self.message(), field: self.field() } };
+        (self.status(), Json(body)).into_response()
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(e: ApiError) -> Self {
+        let message = e.to_string();
+        match e {
+            ApiError::Invalid(_) => tonic::Status::invalid_argument(message),
+            ApiError::NotFound { .. } => tonic::Status::not_found(message),
+            ApiError::Conflict { .. } => tonic::Status::failed_precondition(message),
+            ApiError::WarmingUp => tonic::Status::unavailable(message),
+            ApiError::Store(_) => tonic::Status::internal(message),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The native gRPC session service (`gangway.v1.Registry/Session`): one bidirectional stream
+//! per client process carries its registrations, subscriptions, pushes and acks.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use gangway_core::model::{Instance, InstanceKey, ServiceKey};
+use gangway_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::config::DEFAULT_DRAIN_TIMEOUT;
+use crate::engine::{DrainReport, LivenessRequest, Registry, Snapshot, SubscriberInfo, SubscriberKind};
+use crate::error::ApiError;
+
+/// Outbound buffer per session, in messages.
+const OUTBOUND: usize = 256;
+
+/// The tonic service.
+#[derive(Clone)]
+pub struct SessionService {
+    registry: Registry,
+}
+
+impl SessionService {
+    /// Serves sessions on `registry`.
+    pub fn new(registry: Registry) -> Self {
+        Self { registry }
+    }
+
+    /// As a tonic server.
+    pub fn into_server(self) -> pb::registry_server::RegistryServer<Self> {
+        pb::registry_server::RegistryServer::new(self)
+    }
+}
+
+/// Converts a proto key, applying defaults.
+pub fn service_key(k: Option<pb::ServiceKey>) -> ServiceKey {
+    let k = k.unwrap_or_default();
+    ServiceKey::new(&k.namespace, &k.group, &k.service)
+}
+
+fn instance_key(k: Option<pb::InstanceKey>) -> Result<InstanceKey, ApiError> {
+    let k = k.unwrap_or_default();
+    let port = gangway_core::validate::port(k.port)?;
+    Ok(InstanceKey::new(&k.ip, port, &k.cluster))
+}
+
+fn pb_service(k: &ServiceKey) -> pb::ServiceKey {
+    pb::ServiceKey { namespace: k.namespace.clone(), group: k.group.clone(), service: k.service.clone() }
+}
+
+/// Converts a domain instance to its proto form.
+pub fn pb_instance(i: &Instance) -> pb::Instance {
+    pb::Instance {
+        key: Some(pb::InstanceKey { ip: i.key.ip.clone(), port: u32::from(i.key.port), cluster: i.key.cluster.clone() }),
+        weight: i.weight,
+        enabled: i.enabled,
+        healthy: i.healthy,
+        ephemeral: i.ephemeral,
+        metadata: i.metadata.clone().into_iter().collect(),
+    }
+}
+
+fn pb_snapshot(s: &Snapshot, request_id: u64) -> pb::ServerMessage {
+    pb::ServerMessage {
+        kind: Some(pb::server_message::Kind::Snapshot(pb::Snapshot {
+            service: Some(pb_service(&s.service)),
+            revision: s.view.revision,
+            instances: s.view.instances.iter().map(pb_instance).collect(),
+            protection_triggered: s.view.protection_triggered,
+            request_id,
+        })),
+    }
+}
+
+fn pb_drain(d: DrainReport) -> pb::DrainResult {
+    let acks = |v: Vec<gangway_core::drain::SubscriberAck>| {
+        v.into_iter()
+            .map(|s| pb::SubscriberAck { id: s.id, address: s.address, acked_revision: s.acked_revision })
+            .collect()
+    };
+    pb::DrainResult {
+        revision: d.revision,
+        waited_ms: d.waited_ms,
+        complete: d.complete,
+        acked: acks(d.acked),
+        laggards: acks(d.laggards),
+        notes: d.notes,
+    }
+}
+
+fn reply(request_id: u64, result: Result<pb::Reply, ApiError>) -> pb::ServerMessage {
+    let reply = match result {
+        Ok(r) => pb::Reply { request_id, ..r },
+        Err(e) => pb::Reply {
+            request_id,
+            error_code: e.code().to_owned(),
+            error_message: e.message(),
+            error_field: e.field().unwrap_or_default().to_owned(),
+            ..pb::Reply::default()
+        },
+    };
+    pb::ServerMessage { kind: Some(pb::server_message::Kind::Reply(reply)) }
+}
+
+type SessionStream = Pin<Box<dyn Stream<Item = Result<pb::ServerMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::registry_server::Registry for SessionService {
+    type SessionStream = SessionStream;
+
+    async fn session(&self, request: Request<Streaming<pb::ClientMessage>>) -> Result<Response<SessionStream>, Status> {
+        let peer = request.remote_addr().map(|a: SocketAddr| a.to_string()).unwrap_or_default();
+        let mut inbound = request.into_inner();
+        let first = inbound.message().await?.ok_or_else(|| Status::invalid_argument("empty session stream"))?;
+        let Some(pb::client_message::Kind::Hello(hello)) = first.kind else {
+            return Err(Status::invalid_argument("the first message of a session must be Hello"));
+        };
+        let (tx, rx) = mpsc::channel(OUTBOUND);
+        let session = Session::open(self.registry.clone(), peer, hello.client_name, tx);
+        tokio::spawn(session.run(inbound));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
+    }
+}
+
+struct Session {
+    registry: Registry,
+    id: String,
+    peer: String,
+    client_name: String,
+    tx: mpsc::Sender<pb::ServerMessage>,
+    subscriptions: HashMap<ServiceKey, (String, tokio::task::JoinHandle<()>)>,
+}
+
+impl Session {
+    fn open(registry: Registry, peer: String, client_name: String, tx: mpsc::Sender<pb::ServerMessage>) -> Self {
+        let id = registry.open_session(peer.clone(), client_name.clone());
+        Self { registry, id, peer, client_name, tx, subscriptions: HashMap::new() }
+    }
+
+    async fn run(mut self, mut inbound: Streaming<pb::ClientMessage>) {
+        let welcome = pb::ServerMessage {
+            kind: Some(pb::server_message::Kind::Welcome(pb::Welcome {
+                session_id: self.id.clone(),
+                boot_id: self.registry.boot_id().to_owned(),
+                peer: self.peer.clone(),
+            })),
+        };
+        if self.tx.send(welcome).await.is_ok() {
+            tracing::debug!(session = %self.id, peer = %self.peer, "session open");
+            loop {
+                tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(msg)) => self.handle(msg).await,
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::debug!(session = %self.id, %status, "session stream failed");
+                            break;
+                        }
+                    },
+                    _ = self.tx.closed() => break,
+                }
+            }
+        }
+        for (_, (sub, task)) in self.subscriptions.drain() {
+            task.abort();
+            self.registry.unsubscribe(&sub);
+        }
+        self.registry.close_session(&self.id);
+    }
+
+    async fn handle(&mut self, msg: pb::ClientMessage) {
+        use pb::client_message::Kind;
+        let rid = msg.request_id;
+        let Some(kind) = msg.kind else { return };
+        let result = match kind {
+            Kind::Hello(_) => Err(ApiError::invalid("hello", "sent twice on one session")),
+            Kind::Register(r) => self.register(r).await,
+            Kind::Deregister(d) => instance_key(d.instance).and_then(|key| {
+                let revision = self.registry.deregister_on_session(&self.id, &service_key(d.service), &key)?;
+                Ok(pb::Reply { revision, ..Default::default() })
+            }),
+            Kind::Subscribe(s) => self.subscribe(service_key(s.service)),
+            Kind::Unsubscribe(s) => {
+                if let Some((sub, task)) = self.subscriptions.remove(&service_key(s.service)) {
+                    task.abort();
+                    self.registry.unsubscribe(&sub);
+                }
+                Ok(pb::Reply::default())
+            }
+            Kind::Ack(a) => {
+                if let Some((sub, _)) = self.subscriptions.get(&service_key(a.service)) {
+                    self.registry.ack(sub, a.revision);
+                }
+                return;
+            }
+            Kind::Pull(p) => {
+                if self.registry.warming_up() {
+                    Err(ApiError::WarmingUp)
+                } else {
+                    let service = service_key(p.service);
+                    let view = self.registry.view(&service);
+                    if view.revision == p.known_revision {
+                        Ok(pb::Reply { not_modified: true, revision: view.revision, ..Default::default() })
+                    } else {
+                        let snapshot = Snapshot { service, view };
+                        let _ = self.tx.send(pb_snapshot(&snapshot, rid)).await;
+                        return;
+                    }
+                }
+            }
+            Kind::Drain(d) => {
+                // Drains wait on acks, which arrive on this very stream: never block the reader.
+                let registry = self.registry.clone();
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let result = async {
+                        let key = instance_key(d.instance)?;
+                        let timeout = if d.timeout_ms == 0 { DEFAULT_DRAIN_TIMEOUT } else { Duration::from_millis(d.timeout_ms) };
+                        let report = registry.drain(&service_key(d.service), &key, timeout, d.force).await?;
+                        Ok(pb::Reply { revision: report.revision, drain: Some(pb_drain(report)), ..Default::default() })
+                    }
+                    .await;
+                    let _ = tx.send(reply(rid, result)).await;
+                });
+                return;
+            }
+        };
+        let _ = self.tx.send(reply(rid, result)).await;
+    }
+
+    async fn register(&mut self, r: pb::Register) -> Result<pb::Reply, ApiError> {
+        let key = instance_key(r.instance)?;
+        let mut instance = Instance::new(key);
+        instance.weight = r.weight.unwrap_or(gangway_core::model::DEFAULT_WEIGHT);
+        instance.metadata = r.metadata.into_iter().collect();
+        let (revision, _) = self
+            .registry
+            .register(service_key(r.service), instance, LivenessRequest::Session(self.id.clone()))
+            .await?;
+        Ok(pb::Reply { revision, ..Default::default() })
+    }
+
+    fn subscribe(&mut self, service: ServiceKey) -> Result<pb::Reply, ApiError> {
+        if self.subscriptions.contains_key(&service) {
+            return Ok(pb::Reply::default());
+        }
+        let info = SubscriberInfo {
+            kind: SubscriberKind::Session,
+            address: self.peer.clone(),
+            client_name: self.client_name.clone(),
+            session: Some(self.id.clone()),
+        };
+        let (sub, rx) = self.registry.subscribe(&service, info)?;
+        let pushes = self.registry.pushes(sub.clone(), rx);
+        let tx = self.tx.clone();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(pushes);
+            while let Some(snapshot) = pushes.next().await {
+                if tx.send(pb_snapshot(&snapshot, 0)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        self.subscriptions.insert(service, (sub, task));
+        Ok(pb::Reply::default())
+    }
+}

@@ -1,0 +1,462 @@
+//! The REST/JSON API under `/v1/` (docs/api.md), `/metrics` and `/v1/openapi.json`.
+//! Every error leaves through [`ApiError`], including malformed JSON and query strings.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, State};
+use axum::http::header;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use futures::{Stream, StreamExt};
+use gangway_core::model::{Instance, InstanceKey, ProbeSpec, ServiceKey};
+use gangway_core::{View, validate};
+use serde::{Deserialize, Serialize};
+
+use crate::config::DEFAULT_DRAIN_TIMEOUT;
+use crate::engine::{DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo, SubscriberKind, SubscriberRow};
+use crate::error::ApiError;
+
+/// The OpenAPI 3 description served at `/v1/openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+#[derive(Clone)]
+struct AppState {
+    registry: Registry,
+    prometheus: Arc<Mutex<prometheus_client::registry::Registry>>,
+}
+
+/// JSON body whose rejection is an [`ApiError`] (400, field `body`).
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+struct ApiJson<T>(T);
+
+/// Query string whose rejection is an [`ApiError`] (400, field `query`).
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+struct ApiQuery<T>(T);
+
+/// Path parameters whose rejection is an [`ApiError`].
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+struct ApiPath<T>(T);
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        ApiError::invalid("body", r.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        ApiError::invalid("query", r.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        ApiError::invalid("path", r.body_text())
+    }
+}
+
+/// Builds the router. `prometheus` holds the registry the server's metrics were registered in.
+pub fn router(registry: Registry, prometheus: prometheus_client::registry::Registry) -> Router {
+    let state = AppState { registry, prometheus: Arc::new(Mutex::new(prometheus)) };
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
+        .route("/v1/services", get(list_services))
+        .route("/v1/services/{service}", get(get_service).put(put_service))
+        .route("/v1/services/{service}/instances", get(list_instances).post(register))
+        .route("/v1/services/{service}/instances/{addr}", axum::routing::patch(update).delete(deregister))
+        .route("/v1/services/{service}/instances/{addr}/heartbeat", put(heartbeat))
+        .route("/v1/services/{service}/instances/{addr}/offline", post(offline))
+        .route("/v1/services/{service}/instances/{addr}/online", post(online))
+        .route("/v1/services/{service}/instances/{addr}/drain", post(drain))
+        .route("/v1/services/{service}/subscribers", get(subscribers))
+        .route("/v1/services/{service}/watch", get(watch))
+        .fallback(|| async { ApiError::not_found("no such endpoint; see /v1/openapi.json") })
+        .with_state(state)
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Scope {
+    namespace: Option<String>,
+    group: Option<String>,
+    cluster: Option<String>,
+    #[serde(default)]
+    all: bool,
+    subscriber: Option<String>,
+}
+
+impl Scope {
+    fn service(&self, name: &str) -> Result<ServiceKey, ApiError> {
+        let key = ServiceKey::new(
+            self.namespace.as_deref().unwrap_or(""),
+            self.group.as_deref().unwrap_or(""),
+            name,
+        );
+        validate::service_key(&key)?;
+        Ok(key)
+    }
+
+    fn instance(&self, addr: &str) -> Result<InstanceKey, ApiError> {
+        let (ip, port) = validate::addr(addr)?;
+        let key = InstanceKey::new(&ip, port, self.cluster.as_deref().unwrap_or(""));
+        validate::name("cluster", &key.cluster)?;
+        Ok(key)
+    }
+}
+
+async fn health(State(s): State<AppState>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "status": "UP",
+        "boot_id": s.registry.boot_id(),
+        "warming_up": s.registry.warming_up(),
+    }))
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    s.registry.refresh_gauges();
+    let mut text = String::new();
+    let prometheus = s.prometheus.lock().unwrap_or_else(|p| p.into_inner());
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &prometheus) {
+        return ApiError::Store(format!("metrics encoding failed: {e}")).into_response();
+    }
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+}
+
+#[derive(Serialize)]
+struct ServiceJson {
+    namespace: String,
+    group: String,
+    service: String,
+    kind: Option<gangway_core::Kind>,
+    revision: u64,
+    instances: usize,
+    serving: usize,
+    subscribers: usize,
+    protect_threshold: f64,
+    metadata: BTreeMap<String, String>,
+}
+
+impl From<ServiceSummary> for ServiceJson {
+    fn from(s: ServiceSummary) -> Self {
+        ServiceJson {
+            namespace: s.key.namespace,
+            group: s.key.group,
+            service: s.key.service,
+            kind: s.kind,
+            revision: s.revision,
+            instances: s.instances,
+            serving: s.serving,
+            subscribers: s.subscribers,
+            protect_threshold: s.settings.protect_threshold,
+            metadata: s.settings.metadata,
+        }
+    }
+}
+
+async fn list_services(State(s): State<AppState>, ApiQuery(q): ApiQuery<Scope>) -> Json<serde_json::Value> {
+    let services: Vec<ServiceJson> =
+        s.registry.services(q.namespace.as_deref(), q.group.as_deref()).into_iter().map(Into::into).collect();
+    Json(serde_json::json!({ "services": services }))
+}
+
+async fn get_service(
+    State(s): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Json<ServiceJson>, ApiError> {
+    Ok(Json(s.registry.service(&q.service(&name)?)?.into()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsBody {
+    protect_threshold: Option<f64>,
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+async fn put_service(
+    State(s): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<Scope>,
+    ApiJson(body): ApiJson<SettingsBody>,
+) -> Result<Json<ServiceJson>, ApiError> {
+    let key = q.service(&name)?;
+    let mut settings = s.registry.settings(&key).unwrap_or_default();
+    if let Some(t) = body.protect_threshold {
+        settings.protect_threshold = t;
+    }
+    if let Some(m) = body.metadata {
+        settings.metadata = m;
+    }
+    s.registry.put_settings(&key, settings).await?;
+    Ok(Json(s.registry.service(&key)?.into()))
+}
+
+#[derive(Serialize)]
+struct InstanceJson {
+    #[serde(flatten)]
+    instance: Instance,
+    liveness: &'static str,
+}
+
+#[derive(Serialize)]
+struct ViewJson {
+    namespace: String,
+    group: String,
+    service: String,
+    revision: u64,
+    protection_triggered: bool,
+    warming_up: bool,
+    instances: Vec<InstanceJson>,
+}
+
+fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry]) -> ViewJson {
+    let liveness: HashMap<&InstanceKey, &'static str> =
+        entries.iter().map(|e| (&e.instance.key, e.liveness.as_str())).collect();
+    ViewJson {
+        namespace: key.namespace.clone(),
+        group: key.group.clone(),
+        service: key.service.clone(),
+        revision: view.revision,
+        protection_triggered: view.protection_triggered,
+        warming_up: registry.warming_up(),
+        instances: view
+            .instances
+            .into_iter()
+            .map(|i| {
+                let liveness = liveness.get(&i.key).copied().unwrap_or("session");
+                InstanceJson { instance: i, liveness }
+            })
+            .collect(),
+    }
+}
+
+async fn list_instances(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Json<ViewJson>, ApiError> {
+    let key = q.service(&name)?;
+    let (revision, entries) = s.registry.entries(&key);
+    let view = if q.all {
+        let mut instances: Vec<Instance> = entries.iter().map(|e| e.instance.clone()).collect();
+        instances.sort_by(|a, b| a.key.cmp(&b.key));
+        let protection = s.registry.view(&key).protection_triggered;
+        View { revision, instances, protection_triggered: protection }
+    } else if let Some(poller) = &q.subscriber {
+        s.registry.poll(&key, poller, peer.to_string())?
+    } else {
+        s.registry.view(&key)
+    };
+    Ok(Json(view_json(&s.registry, &key, view, &entries)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegisterBody {
+    ip: String,
+    port: u32,
+    cluster: Option<String>,
+    weight: Option<f64>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    ephemeral: Option<bool>,
+    enabled: Option<bool>,
+    ttl_ms: Option<u64>,
+    delete_timeout_ms: Option<u64>,
+    probe: Option<ProbeSpec>,
+}
+
+#[derive(Serialize)]
+struct ChangeJson {
+    revision: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance: Option<Instance>,
+}
+
+async fn register(
+    State(s): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<Scope>,
+    ApiJson(body): ApiJson<RegisterBody>,
+) -> Result<Json<ChangeJson>, ApiError> {
+    let key = q.service(&name)?;
+    validate::ip(&body.ip)?;
+    let port = validate::port(body.port)?;
+    let mut instance = Instance::new(InstanceKey::new(&body.ip, port, body.cluster.as_deref().unwrap_or("")));
+    instance.weight = body.weight.unwrap_or(gangway_core::model::DEFAULT_WEIGHT);
+    instance.metadata = body.metadata;
+    instance.enabled = body.enabled.unwrap_or(true);
+    let ephemeral = body.ephemeral.unwrap_or(body.probe.is_none());
+    let liveness = if ephemeral {
+        if body.probe.is_some() {
+            return Err(ApiError::invalid("probe", "only persistent instances (ephemeral=false) are probed"));
+        }
+        LivenessRequest::Lease {
+            ttl: body.ttl_ms.map(Duration::from_millis),
+            delete_timeout: body.delete_timeout_ms.map(Duration::from_millis),
+        }
+    } else {
+        if body.ttl_ms.is_some() || body.delete_timeout_ms.is_some() {
+            return Err(ApiError::invalid("ttl_ms", "only ephemeral instances have a lease"));
+        }
+        LivenessRequest::Probe(body.probe.unwrap_or_default())
+    };
+    let (revision, instance) = s.registry.register(key, instance, liveness).await?;
+    Ok(Json(ChangeJson { revision, instance: Some(instance) }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchBody {
+    weight: Option<f64>,
+    metadata: Option<BTreeMap<String, String>>,
+    enabled: Option<bool>,
+}
+
+async fn update(
+    State(s): State<AppState>,
+    ApiPath((name, addr)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<Scope>,
+    ApiJson(body): ApiJson<PatchBody>,
+) -> Result<Json<ChangeJson>, ApiError> {
+    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    let patch = Patch { weight: body.weight, metadata: body.metadata, enabled: body.enabled };
+    let (revision, instance) = s.registry.update(&key, &instance, patch).await?;
+    Ok(Json(ChangeJson { revision, instance: Some(instance) }))
+}
+
+async fn deregister(
+    State(s): State<AppState>,
+    ApiPath((name, addr)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Json<ChangeJson>, ApiError> {
+    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    let revision = s.registry.deregister(&key, &instance).await?;
+    Ok(Json(ChangeJson { revision, instance: None }))
+}
+
+async fn heartbeat(
+    State(s): State<AppState>,
+    ApiPath((name, addr)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    let ttl = s.registry.heartbeat(&key, &instance)?;
+    Ok(Json(serde_json::json!({ "ttl_ms": ttl.as_millis() as u64, "healthy": true })))
+}
+
+async fn set_enabled(s: AppState, name: String, addr: String, q: Scope, enabled: bool) -> Result<Json<ChangeJson>, ApiError> {
+    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    let (revision, instance) = s.registry.set_enabled(&key, &instance, enabled).await?;
+    Ok(Json(ChangeJson { revision, instance: Some(instance) }))
+}
+
+async fn offline(
+    State(s): State<AppState>,
+    ApiPath((name, addr)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Json<ChangeJson>, ApiError> {
+    set_enabled(s, name, addr, q, false).await
+}
+
+async fn online(
+    State(s): State<AppState>,
+    ApiPath((name, addr)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Json<ChangeJson>, ApiError> {
+    set_enabled(s, name, addr, q, true).await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DrainBody {
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    force: bool,
+}
+
+async fn drain(
+    State(s): State<AppState>,
+    ApiPath((name, addr)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<Scope>,
+    body: axum::body::Bytes,
+) -> Result<Json<DrainReport>, ApiError> {
+    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    // The body is optional: an empty one takes the defaults.
+    let body: DrainBody = if body.iter().all(u8::is_ascii_whitespace) {
+        DrainBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid("body", format!("invalid drain body: {e}")))?
+    };
+    let timeout = body.timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_DRAIN_TIMEOUT);
+    Ok(Json(s.registry.drain(&key, &instance, timeout, body.force).await?))
+}
+
+async fn subscribers(
+    State(s): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let key = q.service(&name)?;
+    let rows: Vec<SubscriberRow> = s.registry.subscribers(&key);
+    Ok(Json(serde_json::json!({ "revision": s.registry.view(&key).revision, "subscribers": rows })))
+}
+
+/// Unsubscribes a watcher when its SSE stream is dropped (client gone).
+struct WatchGuard {
+    registry: Registry,
+    id: String,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.registry.unsubscribe(&self.id);
+    }
+}
+
+async fn watch(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let key = q.service(&name)?;
+    let info = SubscriberInfo {
+        kind: SubscriberKind::Watch,
+        address: peer.to_string(),
+        client_name: q.subscriber.clone().unwrap_or_default(),
+        session: None,
+    };
+    let (id, rx) = s.registry.subscribe(&key, info)?;
+    let guard = WatchGuard { registry: s.registry.clone(), id: id.clone() };
+    let registry = s.registry.clone();
+    let stream = s.registry.pushes(id, rx).map(move |snapshot| {
+        let _keep = &guard;
+        // A watcher counts as having acked what it was sent (DESIGN §4).
+        registry.ack(&guard.id, snapshot.view.revision);
+        let (_, entries) = registry.entries(&snapshot.service);
+        let json = view_json(&registry, &snapshot.service, snapshot.view.clone(), &entries);
+        Ok(Event::default().event("snapshot").json_data(json).unwrap_or_default())
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,46 @@
+//! Load balancers: pick one instance of a [`View`] per request (DESIGN §5).
+//!
+//! - [`RoundRobin`]: every pickable instance in turn, ignoring weights beyond 0;
+//! - [`SmoothWeighted`]: nginx's smooth weighted round robin, spreading heavy instances out
+//!   (weights 5, 1, 1 give `a a b a c a a`).
+//!
+//! Both share the pickable set: instances that are enabled with a weight > 0 (finite); of
+//! those the healthy ones, or all of them when none is healthy. A view only holds unhealthy
+//! instances when the registry's protect threshold fired (`protection_triggered`): the
+//! balancers then prefer the healthy ones and fall back to any.
+
+use gangway_core::model::Instance;
+use gangway_core::view::View;
+
+mod round_robin;
+mod smooth_weighted;
+
+pub use round_robin::RoundRobin;
+pub use smooth_weighted::SmoothWeighted;
+
+/// Picks an instance for one request.
+///
+/// Implementations keep their rotation state behind interior mutability and are shared
+/// between threads, so `pick` takes `&self`. A view change between calls is fine: state for
+/// instances that left is dropped.
+pub trait Balancer: Send + Sync {
+    /// One instance of `view`, or `None` when it holds no pickable instance.
+    fn pick(&self, view: &View) -> Option<Instance>;
+}
+
+/// The pickable instances of a view, in view order (see the module docs).
+pub fn pickable(view: &View) -> Vec<&Instance> {
+    let eligible: Vec<&Instance> = view
+        .instances
+        .iter()
+        .filter(|i| i.enabled && i.weight > 0.0 && i.weight.is_finite())
+        .collect();
+    if eligible.iter().any(|i| i.healthy) {
+        eligible.into_iter().filter(|i| i.healthy).collect()
+    } else {
+        eligible
+    }
+}
+
+#[cfg(test)]
+mod tests;

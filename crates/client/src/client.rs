@@ -1,0 +1,329 @@
+//! The client handle, registrations and drain reports.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gangway_core::model::{InstanceKey, ServiceKey};
+use gangway_proto::v1 as pb;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::session::{Command, RegisterSpec, Request, SessionState, Worker};
+use crate::{ClientConfig, Error, Subscription};
+
+/// A connection to the registry: one session stream per `Client`, shared by its clones.
+///
+/// Cheap to clone (an `Arc` inside). A background task owns the stream and reconnects with
+/// backoff whenever it ends; after each reconnect it re-sends every live registration and
+/// re-subscribes every live subscription, so a registry restart restores everything.
+///
+/// The session ends (and the registry removes this session's instances at once) on
+/// [`close`](Self::close) or when the client, all its clones and every [`Registration`] and
+/// [`Subscription`] are dropped.
+///
+/// Must be used inside a Tokio runtime.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ClientConfig,
+    commands: mpsc::UnboundedSender<Command>,
+    state: watch::Receiver<SessionState>,
+}
+
+/// The registry's session, as announced in its `Welcome`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionInfo {
+    /// Server-assigned session id, e.g. `s-42`; new on every reconnect.
+    pub session_id: String,
+    /// Changes on every registry start: a new one means the registry restarted.
+    pub boot_id: String,
+    /// This client's address as the registry saw it, `ip:port`.
+    pub peer: String,
+}
+
+/// An instance registered through a [`Client`], kept alive by its session.
+///
+/// Dropping a `Registration` does **not** deregister: the instance stays registered (and is
+/// restored after reconnects) until [`deregister`](Self::deregister) or
+/// [`drain`](Self::drain) is called, or the whole client goes away (session end).
+pub struct Registration {
+    client: Client,
+    service: ServiceKey,
+    instance: InstanceKey,
+    revision: u64,
+}
+
+/// Outcome of an ack-based drain (DESIGN §4), mirroring the protocol's `DrainResult`.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DrainReport {
+    /// Revision that took the instance out of the consumer view.
+    pub revision: u64,
+    /// How long the registry waited for acks (millisecond resolution).
+    pub waited: Duration,
+    /// Every live subscriber acked `revision` or later before the timeout.
+    pub complete: bool,
+    /// Subscribers that acked `revision` or later.
+    pub acked: Vec<SubscriberAck>,
+    /// Subscribers that had not acked `revision` when the drain returned.
+    pub laggards: Vec<SubscriberAck>,
+    /// Human-readable notes, e.g. subscribers that cannot be proven drained.
+    pub notes: Vec<String>,
+}
+
+/// One subscriber's ack state in a [`DrainReport`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubscriberAck {
+    /// Subscriber id (session id or poller id).
+    pub id: String,
+    /// The subscriber's address, `ip:port`.
+    pub address: String,
+    /// Latest revision it acked.
+    pub acked_revision: u64,
+}
+
+impl Client {
+    /// Validates `config`, starts the session task and waits for the registry's first
+    /// `Welcome`, retrying with backoff for at most `config.request_timeout`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad config; [`Error::Connect`] (with the last failure)
+    /// when no session was established in time — the background task is stopped then.
+    pub async fn connect(config: ClientConfig) -> Result<Client, Error> {
+        config.validate()?;
+        let endpoint = config.endpoint()?;
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (state_tx, mut state) = watch::channel(SessionState::default());
+        tokio::spawn(Worker::new(config.clone(), endpoint, command_rx, state_tx).run());
+        let deadline = config.request_timeout;
+        let welcomed = tokio::time::timeout(deadline, state.wait_for(|s| s.info.is_some()))
+            .await
+            .map(|r| r.is_ok());
+        match welcomed {
+            Ok(true) => Ok(Client {
+                inner: Arc::new(Inner {
+                    config,
+                    commands,
+                    state,
+                }),
+            }),
+            Ok(false) => Err(Error::Closed),
+            Err(_) => {
+                let _ = commands.send(Command::Close);
+                let reason = state
+                    .borrow()
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| format!("no session within {deadline:?}"));
+                Err(Error::Connect {
+                    address: config.address,
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// The config this client was built with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The latest session (kept while reconnecting); `None` only before the first `Welcome`.
+    pub fn session(&self) -> Option<SessionInfo> {
+        self.inner.state.borrow().info.clone()
+    }
+
+    /// The latest session id, e.g. `s-42`.
+    pub fn session_id(&self) -> Option<String> {
+        self.session().map(|s| s.session_id)
+    }
+
+    /// The latest registry boot id; a change means the registry restarted.
+    pub fn boot_id(&self) -> Option<String> {
+        self.session().map(|s| s.boot_id)
+    }
+
+    /// Whether a session stream is up right now.
+    pub fn is_connected(&self) -> bool {
+        self.inner.state.borrow().connected
+    }
+
+    /// Registers `instance` of `service` with `weight` (0..=10000, 0 = never picked) and
+    /// `metadata`, bound to this client's session.
+    ///
+    /// Waits for the registry's answer, at most `request_timeout`; while disconnected the
+    /// request waits for the next session. Cancellation: if the call is dropped or times out
+    /// and the registry later confirms it, the client deregisters it again.
+    ///
+    /// # Errors
+    /// [`Error::Rejected`] (e.g. `invalid_argument`, `conflict`), [`Error::Timeout`],
+    /// [`Error::Closed`].
+    pub async fn register(
+        &self,
+        service: ServiceKey,
+        instance: InstanceKey,
+        weight: f64,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<Registration, Error> {
+        let request = Request::Register {
+            service: service.clone(),
+            instance: instance.clone(),
+            spec: RegisterSpec { weight, metadata },
+        };
+        let reply = self.request(request, "register", Duration::ZERO).await?;
+        Ok(Registration {
+            client: self.clone(),
+            service,
+            instance,
+            revision: reply.revision,
+        })
+    }
+
+    /// Subscribes to `service`: the returned [`Subscription`] follows its consumer view.
+    ///
+    /// Returns once the registry accepted the subscription (the first snapshot may come later,
+    /// e.g. during the registry's warm-up). Several subscriptions to one service share one
+    /// registry subscription.
+    ///
+    /// # Errors
+    /// [`Error::Rejected`], [`Error::Timeout`] after `request_timeout`, [`Error::Closed`].
+    pub async fn subscribe(&self, service: ServiceKey) -> Result<Subscription, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .commands
+            .send(Command::Subscribe {
+                service: service.clone(),
+                reply,
+            })
+            .map_err(|_| Error::Closed)?;
+        let after = self.inner.config.request_timeout;
+        let receiver = match tokio::time::timeout(after, rx).await {
+            Err(_) => {
+                return Err(Error::Timeout {
+                    operation: "subscribe",
+                    after,
+                });
+            }
+            Ok(Err(_)) => return Err(Error::Closed),
+            Ok(Ok(result)) => result?,
+        };
+        Ok(Subscription::new(
+            service,
+            receiver,
+            self.inner.commands.clone(),
+        ))
+    }
+
+    /// Ends the session now: the registry removes this session's instances at once and pending
+    /// requests fail with [`Error::Closed`]. Affects every clone and handle. Idempotent.
+    pub fn close(&self) {
+        let _ = self.inner.commands.send(Command::Close);
+    }
+
+    async fn request(
+        &self,
+        request: Request,
+        operation: &'static str,
+        extra: Duration,
+    ) -> Result<pb::Reply, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .commands
+            .send(Command::Request { request, reply })
+            .map_err(|_| Error::Closed)?;
+        let after = self.inner.config.request_timeout + extra;
+        match tokio::time::timeout(after, rx).await {
+            Err(_) => Err(Error::Timeout { operation, after }),
+            Ok(Err(_)) => Err(Error::Closed),
+            Ok(Ok(result)) => result,
+        }
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.inner.state.borrow();
+        f.debug_struct("Client")
+            .field("address", &self.inner.config.address)
+            .field("session", &state.info)
+            .field("connected", &state.connected)
+            .finish()
+    }
+}
+
+impl Registration {
+    /// The service the instance is registered in.
+    pub fn service(&self) -> &ServiceKey {
+        &self.service
+    }
+
+    /// The registered instance.
+    pub fn instance(&self) -> &InstanceKey {
+        &self.instance
+    }
+
+    /// The service revision right after the registration.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Removes the instance from the registry and stops restoring it on reconnect. An instance
+    /// the registry no longer knows (`not_found`, e.g. after a registry restart) counts as
+    /// removed.
+    ///
+    /// # Errors
+    /// [`Error::Rejected`], [`Error::Timeout`] after `request_timeout`, [`Error::Closed`].
+    pub async fn deregister(&self) -> Result<(), Error> {
+        let request = Request::Deregister {
+            service: self.service.clone(),
+            instance: self.instance.clone(),
+        };
+        match self
+            .client
+            .request(request, "deregister", Duration::ZERO)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("not_found") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ack-based drain (DESIGN §4): the registry takes the instance out of the consumer view,
+    /// then waits until every live subscriber acked that revision, at most `timeout`
+    /// (millisecond resolution). `force` drains even the last serving instance of the service.
+    /// The client stops restoring the registration on reconnect.
+    ///
+    /// Waits up to `timeout + request_timeout`. An incomplete drain is not an error: check
+    /// [`DrainReport::complete`] and [`DrainReport::laggards`].
+    ///
+    /// # Errors
+    /// [`Error::Rejected`] (e.g. the last instance without `force`), [`Error::Timeout`],
+    /// [`Error::Closed`].
+    pub async fn drain(&self, timeout: Duration, force: bool) -> Result<DrainReport, Error> {
+        let request = Request::Drain {
+            service: self.service.clone(),
+            instance: self.instance.clone(),
+            timeout,
+            force,
+        };
+        let reply = self.client.request(request, "drain", timeout).await?;
+        Ok(crate::wire::drain_from_pb(reply.drain.unwrap_or_default()))
+    }
+}
+
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("service", &self.service)
+            .field("instance", &self.instance)
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
+    }
+}

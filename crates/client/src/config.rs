@@ -1,0 +1,192 @@
+//! Typed client configuration, built once.
+
+use std::time::Duration;
+
+use crate::Error;
+
+/// Default pull fallback interval: 30 s (DESIGN §4, `R`).
+pub const DEFAULT_REFRESH: Duration = Duration::from_secs(30);
+/// Default first reconnect delay: 100 ms.
+pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Default reconnect delay cap: 2 s.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Default deadline of one request (and of [`Client::connect`](crate::Client::connect)): 10 s.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default TCP connect timeout: 1 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default HTTP/2 keepalive ping interval: 1 s.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// Default HTTP/2 keepalive ping timeout: 3 s; an unanswered ping ends the session.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How a [`Client`](crate::Client) reaches and talks to the registry.
+///
+/// Build with [`ClientConfig::new`] and adjust the public fields; [`Client::connect`]
+/// validates it and reports every problem at once ([`Error::InvalidConfig`]). Nothing is read
+/// from the environment.
+///
+/// [`Client::connect`]: crate::Client::connect
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Registry gRPC address: `http://host:port` or `host:port` (then `http://` is assumed).
+    pub address: String,
+    /// Name shown in the registry's subscriber listings. Default `gangway-client/<pid>`.
+    pub client_name: String,
+    /// Pull fallback interval: every subscription pulls (conditional on its revision) this
+    /// often, in case a push was lost. Default [`DEFAULT_REFRESH`]; must be > 0.
+    pub refresh: Duration,
+    /// First delay before reconnecting after the stream ended or a connect failed; doubles on
+    /// every failed attempt up to [`backoff_max`](Self::backoff_max). Default
+    /// [`DEFAULT_BACKOFF_INITIAL`]; must be > 0.
+    pub backoff_initial: Duration,
+    /// Reconnect delay cap. Default [`DEFAULT_BACKOFF_MAX`]; must be >= `backoff_initial`.
+    pub backoff_max: Duration,
+    /// Deadline of each request (register, subscribe, ...) and of the first connection in
+    /// [`Client::connect`](crate::Client::connect). A drain waits its own timeout plus this.
+    /// Default [`DEFAULT_REQUEST_TIMEOUT`]; must be > 0.
+    pub request_timeout: Duration,
+    /// TCP connect timeout of one attempt. Default [`DEFAULT_CONNECT_TIMEOUT`]; must be > 0.
+    pub connect_timeout: Duration,
+    /// HTTP/2 keepalive ping interval (pings are sent even when idle). Default
+    /// [`DEFAULT_KEEPALIVE_INTERVAL`]; must be > 0.
+    pub keepalive_interval: Duration,
+    /// How long an HTTP/2 keepalive ping may stay unanswered before the connection is
+    /// considered dead and the client reconnects. Default [`DEFAULT_KEEPALIVE_TIMEOUT`]; must
+    /// be > 0.
+    pub keepalive_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// A config for `address` with every other field at its default.
+    pub fn new(address: impl Into<String>) -> Self {
+        Self {
+            address: address.into(),
+            client_name: format!("gangway-client/{}", std::process::id()),
+            refresh: DEFAULT_REFRESH,
+            backoff_initial: DEFAULT_BACKOFF_INITIAL,
+            backoff_max: DEFAULT_BACKOFF_MAX,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+        }
+    }
+
+    /// Sets [`client_name`](Self::client_name).
+    pub fn with_client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = name.into();
+        self
+    }
+
+    /// Sets [`refresh`](Self::refresh).
+    pub fn with_refresh(mut self, refresh: Duration) -> Self {
+        self.refresh = refresh;
+        self
+    }
+
+    /// Sets [`request_timeout`](Self::request_timeout).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets [`backoff_initial`](Self::backoff_initial) and [`backoff_max`](Self::backoff_max).
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.backoff_initial = initial;
+        self.backoff_max = max;
+        self
+    }
+
+    /// The address with a scheme: `http://` is prepended when none is given.
+    pub fn uri(&self) -> String {
+        if self.address.contains("://") {
+            self.address.clone()
+        } else {
+            format!("http://{}", self.address)
+        }
+    }
+
+    /// Checks every field; all problems are reported together.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] listing each problem.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut problems = Vec::new();
+        if self.address.trim().is_empty() {
+            problems.push("address: empty".to_owned());
+        } else if tonic::transport::Endpoint::from_shared(self.uri()).is_err() {
+            problems.push(format!("address: not a valid URI: {:?}", self.address));
+        }
+        for (name, value) in [
+            ("refresh", self.refresh),
+            ("backoff_initial", self.backoff_initial),
+            ("request_timeout", self.request_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("keepalive_interval", self.keepalive_interval),
+            ("keepalive_timeout", self.keepalive_timeout),
+        ] {
+            if value.is_zero() {
+                problems.push(format!("{name}: must be > 0"));
+            }
+        }
+        if self.backoff_max < self.backoff_initial {
+            problems.push(format!(
+                "backoff_max: {:?} is below backoff_initial {:?}",
+                self.backoff_max, self.backoff_initial
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidConfig { problems })
+        }
+    }
+
+    /// The tonic endpoint: connect timeout, keepalive, TCP_NODELAY.
+    pub(crate) fn endpoint(&self) -> Result<tonic::transport::Endpoint, Error> {
+        let endpoint = tonic::transport::Endpoint::from_shared(self.uri()).map_err(|e| {
+            Error::InvalidConfig {
+                problems: vec![format!("address: {e}")],
+            }
+        })?;
+        Ok(endpoint
+            .connect_timeout(self.connect_timeout)
+            .http2_keep_alive_interval(self.keepalive_interval)
+            .keep_alive_timeout(self.keepalive_timeout)
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = ClientConfig::new("127.0.0.1:9848");
+        assert_eq!(c.uri(), "http://127.0.0.1:9848");
+        assert_eq!(c.refresh, Duration::from_secs(30));
+        assert_eq!(c.backoff_initial, Duration::from_millis(100));
+        assert_eq!(c.backoff_max, Duration::from_secs(2));
+        assert_eq!(c.request_timeout, Duration::from_secs(10));
+        assert_eq!(c.connect_timeout, Duration::from_secs(1));
+        assert!(c.validate().is_ok());
+        assert_eq!(ClientConfig::new("http://h:1").uri(), "http://h:1");
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let mut c = ClientConfig::new("");
+        c.refresh = Duration::ZERO;
+        c.backoff_max = Duration::from_millis(1);
+        let Err(Error::InvalidConfig { problems }) = c.validate() else {
+            panic!("accepted")
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].starts_with("address"));
+        assert!(problems[1].starts_with("refresh"));
+        assert!(problems[2].starts_with("backoff_max"));
+    }
+}

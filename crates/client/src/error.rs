@@ -1,0 +1,121 @@
+//! The SDK's one public error type.
+
+use std::time::Duration;
+
+/// Everything a [`Client`](crate::Client) call can fail with.
+///
+/// Classify with [`Error::is_retryable`] or by matching the variant, never by the message text.
+/// No tonic or hyper type appears here: transport failures are reported as text in
+/// [`Error::Connect`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The [`ClientConfig`](crate::ClientConfig) is unusable; every problem is listed.
+    #[error("invalid client config: {}", problems.join("; "))]
+    InvalidConfig {
+        /// One line per problem, each naming its field.
+        problems: Vec<String>,
+    },
+    /// No session could be established with the registry before the deadline.
+    #[error("cannot connect to the registry at {address}: {reason}")]
+    Connect {
+        /// The configured address.
+        address: String,
+        /// The last transport or handshake failure, as text.
+        reason: String,
+    },
+    /// The registry answered the request with an error.
+    #[error("rejected by the registry: {code}: {message}{}", field.as_deref().map(|f| format!(" (field {f})")).unwrap_or_default())]
+    Rejected {
+        /// Stable code such as `invalid_argument`, `not_found`, `conflict`, `warming_up`.
+        code: String,
+        /// Human-readable detail.
+        message: String,
+        /// The request field the error is about, if the registry named one.
+        field: Option<String>,
+    },
+    /// No answer within the deadline. The request may still take effect on the registry.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// What was being waited for (`"register"`, `"subscribe"`, `"wait_for"`, ...).
+        operation: &'static str,
+        /// The deadline that passed.
+        after: Duration,
+    },
+    /// The client was closed (see [`Client::close`](crate::Client::close)); no further requests
+    /// are possible.
+    #[error("the client is closed")]
+    Closed,
+}
+
+impl Error {
+    /// Whether repeating the same call later can succeed: true for [`Error::Connect`],
+    /// [`Error::Timeout`] and the transient rejections `warming_up`, `unavailable` and
+    /// `resource_exhausted`; false otherwise.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Connect { .. } | Error::Timeout { .. } => true,
+            Error::Rejected { code, .. } => {
+                matches!(
+                    code.as_str(),
+                    "warming_up" | "unavailable" | "resource_exhausted"
+                )
+            }
+            Error::InvalidConfig { .. } | Error::Closed => false,
+        }
+    }
+
+    /// The registry's error code when this is [`Error::Rejected`].
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Rejected { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_classification() {
+        let rejected = |code: &str| Error::Rejected {
+            code: code.into(),
+            message: String::new(),
+            field: None,
+        };
+        assert!(rejected("warming_up").is_retryable());
+        assert!(!rejected("invalid_argument").is_retryable());
+        assert!(
+            Error::Timeout {
+                operation: "register",
+                after: Duration::from_secs(1)
+            }
+            .is_retryable()
+        );
+        assert!(
+            Error::Connect {
+                address: "a".into(),
+                reason: "b".into()
+            }
+            .is_retryable()
+        );
+        assert!(!Error::Closed.is_retryable());
+        assert!(!Error::InvalidConfig { problems: vec![] }.is_retryable());
+        assert_eq!(rejected("conflict").code(), Some("conflict"));
+    }
+
+    #[test]
+    fn rejected_display_names_the_field() {
+        let e = Error::Rejected {
+            code: "invalid_argument".into(),
+            message: "bad port".into(),
+            field: Some("instance.port".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "rejected by the registry: invalid_argument: bad port (field instance.port)"
+        );
+    }
+}

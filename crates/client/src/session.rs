@@ -1,0 +1,669 @@
+//! The background task that owns the session stream (DESIGN §3, §4).
+//!
+//! One task per [`Client`](crate::Client). It connects, says `Hello`, waits for `Welcome`, then
+//! multiplexes requests, replies, pushes, acks and pulls over the one stream. When the stream
+//! ends it reconnects with backoff and, on the new session, re-sends every live registration and
+//! subscription and every request still waiting for its reply. All state lives in this task;
+//! handles talk to it through [`Command`]s, so no lock is shared with callers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gangway_core::model::{InstanceKey, ServiceKey};
+use gangway_core::view::View;
+use gangway_proto::v1 as pb;
+use gangway_proto::v1::client_message::Kind as Out;
+use gangway_proto::v1::registry_client::RegistryClient;
+use gangway_proto::v1::server_message::Kind as In;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::subscription::CacheState;
+use crate::wire;
+use crate::{ClientConfig, Error, SessionInfo};
+
+/// What handles ask of the session task.
+pub(crate) enum Command {
+    /// A request answered by a `Reply`.
+    Request {
+        request: Request,
+        reply: oneshot::Sender<Result<pb::Reply, Error>>,
+    },
+    /// Subscribe (or join an existing subscription of) a service.
+    Subscribe {
+        service: ServiceKey,
+        reply: oneshot::Sender<Result<watch::Receiver<Arc<View>>, Error>>,
+    },
+    /// One [`Subscription`](crate::Subscription) (and all its clones) went away.
+    Unsubscribe { service: ServiceKey },
+    /// End the session and the task.
+    Close,
+}
+
+/// The requests a [`Command::Request`] carries.
+pub(crate) enum Request {
+    Register {
+        service: ServiceKey,
+        instance: InstanceKey,
+        spec: RegisterSpec,
+    },
+    Deregister {
+        service: ServiceKey,
+        instance: InstanceKey,
+    },
+    Drain {
+        service: ServiceKey,
+        instance: InstanceKey,
+        timeout: Duration,
+        force: bool,
+    },
+}
+
+/// What a registration sends, kept to re-send it after a reconnect.
+#[derive(Debug, Clone)]
+pub(crate) struct RegisterSpec {
+    pub(crate) weight: f64,
+    pub(crate) metadata: BTreeMap<String, String>,
+}
+
+/// Session state published to handles.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SessionState {
+    /// The latest `Welcome`, kept while disconnected.
+    pub(crate) info: Option<SessionInfo>,
+    pub(crate) connected: bool,
+    /// Why the last connection attempt or session ended.
+    pub(crate) last_error: Option<String>,
+    pub(crate) closed: bool,
+}
+
+type RegKey = (ServiceKey, InstanceKey);
+
+/// A message sent and waiting for its `Reply` (or, for a pull, its `Snapshot`).
+struct Pending {
+    message: Out,
+    op: PendingOp,
+}
+
+enum PendingOp {
+    Register {
+        key: RegKey,
+        spec: RegisterSpec,
+        reply: oneshot::Sender<Result<pb::Reply, Error>>,
+    },
+    Deregister {
+        reply: oneshot::Sender<Result<pb::Reply, Error>>,
+    },
+    Drain {
+        reply: oneshot::Sender<Result<pb::Reply, Error>>,
+    },
+    /// A first subscribe; its waiters are in the [`SubEntry`].
+    Subscribe {
+        service: ServiceKey,
+    },
+    /// Internal messages whose reply is only logged; never re-sent (a reconnect rebuilds them).
+    Restore {
+        what: String,
+    },
+    Pull {
+        service: ServiceKey,
+    },
+}
+
+impl PendingOp {
+    /// Internal operations are dropped on disconnect instead of being re-sent.
+    fn is_internal(&self) -> bool {
+        matches!(self, PendingOp::Restore { .. } | PendingOp::Pull { .. })
+    }
+
+    /// The caller gave up (timed out or dropped the future): not worth re-sending.
+    fn abandoned(&self) -> bool {
+        match self {
+            PendingOp::Register { reply, .. }
+            | PendingOp::Deregister { reply }
+            | PendingOp::Drain { reply } => reply.is_closed(),
+            _ => false,
+        }
+    }
+}
+
+struct SubEntry {
+    /// Subscriptions handed out plus callers waiting for the first `Reply`.
+    users: usize,
+    /// Registry confirmed the subscription on some session.
+    confirmed: bool,
+    waiters: Vec<oneshot::Sender<Result<watch::Receiver<Arc<View>>, Error>>>,
+    tx: watch::Sender<Arc<View>>,
+    cache: CacheState,
+    pull_in_flight: Option<u64>,
+}
+
+/// One established session.
+struct Conn {
+    // Kept so the connection outlives the handshake for as long as the stream runs.
+    _client: RegistryClient<Channel>,
+    out: mpsc::UnboundedSender<pb::ClientMessage>,
+    inbound: tonic::Streaming<pb::ServerMessage>,
+    welcome: pb::Welcome,
+}
+
+/// The session task's state.
+pub(crate) struct Worker {
+    config: ClientConfig,
+    endpoint: Endpoint,
+    commands: mpsc::UnboundedReceiver<Command>,
+    state: watch::Sender<SessionState>,
+    /// Live registrations confirmed by the registry, restored after each reconnect.
+    registrations: BTreeMap<RegKey, RegisterSpec>,
+    subscriptions: HashMap<ServiceKey, SubEntry>,
+    pending: BTreeMap<u64, Pending>,
+    next_id: u64,
+    out: Option<mpsc::UnboundedSender<pb::ClientMessage>>,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        config: ClientConfig,
+        endpoint: Endpoint,
+        commands: mpsc::UnboundedReceiver<Command>,
+        state: watch::Sender<SessionState>,
+    ) -> Self {
+        Self {
+            config,
+            endpoint,
+            commands,
+            state,
+            registrations: BTreeMap::new(),
+            subscriptions: HashMap::new(),
+            pending: BTreeMap::new(),
+            next_id: 1,
+            out: None,
+        }
+    }
+
+    /// Connect, serve, reconnect with backoff, until closed or every handle is gone.
+    pub(crate) async fn run(mut self) {
+        let mut backoff = self.config.backoff_initial;
+        loop {
+            let connect = open(
+                self.endpoint.clone(),
+                self.config.client_name.clone(),
+                self.config.request_timeout,
+            );
+            tokio::pin!(connect);
+            let opened = loop {
+                tokio::select! {
+                    res = &mut connect => break res,
+                    cmd = self.commands.recv() => if !self.on_command(cmd) { return self.finish() },
+                }
+            };
+            match opened {
+                Ok(conn) => {
+                    backoff = self.config.backoff_initial;
+                    if !self.serve(conn).await {
+                        return self.finish();
+                    }
+                }
+                Err(reason) => {
+                    tracing::debug!(%reason, "gangway connect failed");
+                    self.state.send_modify(|s| s.last_error = Some(reason));
+                }
+            }
+            let sleep = tokio::time::sleep(backoff);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    () = &mut sleep => break,
+                    cmd = self.commands.recv() => if !self.on_command(cmd) { return self.finish() },
+                }
+            }
+            backoff = (backoff * 2).min(self.config.backoff_max);
+        }
+    }
+
+    fn finish(&mut self) {
+        self.out = None;
+        // Dropping the pending replies tells waiting callers the client is closed.
+        self.pending.clear();
+        self.state.send_modify(|s| {
+            s.connected = false;
+            s.closed = true;
+        });
+    }
+
+    /// Runs one session until its stream ends (`true`) or the client closes (`false`).
+    async fn serve(&mut self, conn: Conn) -> bool {
+        let Conn {
+            _client,
+            out,
+            mut inbound,
+            welcome,
+        } = conn;
+        tracing::info!(session = %welcome.session_id, boot = %welcome.boot_id, "gangway session established");
+        self.state.send_modify(|s| {
+            s.info = Some(SessionInfo {
+                session_id: welcome.session_id.clone(),
+                boot_id: welcome.boot_id.clone(),
+                peer: welcome.peer.clone(),
+            });
+            s.connected = true;
+            s.last_error = None;
+        });
+        self.out = Some(out);
+        self.restore();
+
+        let refresh = self.config.refresh;
+        let mut pull = tokio::time::interval_at(tokio::time::Instant::now() + refresh, refresh);
+        pull.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let reason = loop {
+            tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(msg)) => self.on_server_message(msg),
+                    Ok(None) => break "the registry ended the stream".to_owned(),
+                    Err(status) => break format!("stream error: {status}"),
+                },
+                cmd = self.commands.recv() => if !self.on_command(cmd) { return false },
+                _ = pull.tick() => self.pull_all(),
+            }
+        };
+        tracing::warn!(%reason, "gangway session lost; reconnecting");
+        self.out = None;
+        self.pending.retain(|_, p| !p.op.is_internal());
+        for entry in self.subscriptions.values_mut() {
+            entry.cache.fresh = true;
+            entry.pull_in_flight = None;
+        }
+        self.state.send_modify(|s| {
+            s.connected = false;
+            s.last_error = Some(reason);
+        });
+        true
+    }
+
+    /// On a new session: re-register, re-subscribe, then re-send what still waits for a reply.
+    fn restore(&mut self) {
+        // Requests that were waiting when the old stream ended go out again, after the
+        // registrations and subscriptions they may depend on.
+        self.pending.retain(|_, p| !p.op.abandoned());
+        let resend: Vec<(u64, Out)> = self
+            .pending
+            .iter()
+            .map(|(id, p)| (*id, p.message.clone()))
+            .collect();
+        let registrations: Vec<_> = self
+            .registrations
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        for ((service, instance), spec) in registrations {
+            let what = format!("register {instance} in {service}");
+            let message = register_message(&service, &instance, &spec);
+            self.issue(message, PendingOp::Restore { what });
+        }
+        let confirmed: Vec<ServiceKey> = self
+            .subscriptions
+            .iter()
+            .filter(|(_, e)| e.confirmed)
+            .map(|(s, _)| s.clone())
+            .collect();
+        for service in confirmed {
+            let what = format!("subscribe {service}");
+            let message = Out::Subscribe(pb::Subscribe {
+                service: Some(wire::service_to_pb(&service)),
+            });
+            self.issue(message, PendingOp::Restore { what });
+        }
+        for (id, message) in resend {
+            self.send(id, message);
+        }
+    }
+
+    /// Handles one command; `false` when the task must end.
+    fn on_command(&mut self, cmd: Option<Command>) -> bool {
+        let Some(cmd) = cmd else { return false };
+        match cmd {
+            Command::Close => return false,
+            Command::Request { request, reply } => match request {
+                Request::Register {
+                    service,
+                    instance,
+                    spec,
+                } => {
+                    let message = register_message(&service, &instance, &spec);
+                    self.issue(
+                        message,
+                        PendingOp::Register {
+                            key: (service, instance),
+                            spec,
+                            reply,
+                        },
+                    );
+                }
+                Request::Deregister { service, instance } => {
+                    let message = Out::Deregister(pb::Deregister {
+                        service: Some(wire::service_to_pb(&service)),
+                        instance: Some(wire::instance_key_to_pb(&instance)),
+                    });
+                    self.registrations.remove(&(service, instance));
+                    self.issue(message, PendingOp::Deregister { reply });
+                }
+                Request::Drain {
+                    service,
+                    instance,
+                    timeout,
+                    force,
+                } => {
+                    let message = Out::Drain(pb::Drain {
+                        service: Some(wire::service_to_pb(&service)),
+                        instance: Some(wire::instance_key_to_pb(&instance)),
+                        timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                        force,
+                    });
+                    // A drained instance is on its way out: a later reconnect must not bring it
+                    // back.
+                    self.registrations.remove(&(service, instance));
+                    self.issue(message, PendingOp::Drain { reply });
+                }
+            },
+            Command::Subscribe { service, reply } => self.subscribe(service, reply),
+            Command::Unsubscribe { service } => self.release(&service, 1),
+        }
+        true
+    }
+
+    fn subscribe(
+        &mut self,
+        service: ServiceKey,
+        reply: oneshot::Sender<Result<watch::Receiver<Arc<View>>, Error>>,
+    ) {
+        let entry = self
+            .subscriptions
+            .entry(service.clone())
+            .or_insert_with(|| SubEntry {
+                users: 0,
+                confirmed: false,
+                waiters: Vec::new(),
+                tx: watch::Sender::new(Arc::new(View {
+                    revision: 0,
+                    instances: Vec::new(),
+                    protection_triggered: false,
+                })),
+                cache: CacheState::new(),
+                pull_in_flight: None,
+            });
+        entry.users += 1;
+        if entry.confirmed {
+            if reply.send(Ok(entry.tx.subscribe())).is_err() {
+                self.release(&service, 1);
+            }
+            return;
+        }
+        entry.waiters.push(reply);
+        if entry.waiters.len() == 1 {
+            let message = Out::Subscribe(pb::Subscribe {
+                service: Some(wire::service_to_pb(&service)),
+            });
+            self.issue(message, PendingOp::Subscribe { service });
+        }
+    }
+
+    /// `n` users of a subscription are gone; unsubscribe when none is left.
+    fn release(&mut self, service: &ServiceKey, n: usize) {
+        let Some(entry) = self.subscriptions.get_mut(service) else {
+            return;
+        };
+        entry.users = entry.users.saturating_sub(n);
+        if entry.users > 0 {
+            return;
+        }
+        let was_confirmed = entry.confirmed;
+        self.subscriptions.remove(service);
+        if was_confirmed && self.out.is_some() {
+            let what = format!("unsubscribe {service}");
+            let message = Out::Unsubscribe(pb::Unsubscribe {
+                service: Some(wire::service_to_pb(service)),
+            });
+            self.issue(message, PendingOp::Restore { what });
+        }
+    }
+
+    /// Records a request and sends it now if connected (else on the next session).
+    fn issue(&mut self, message: Out, op: PendingOp) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        if self.out.is_some() || !op.is_internal() {
+            self.pending.insert(
+                id,
+                Pending {
+                    message: message.clone(),
+                    op,
+                },
+            );
+        }
+        self.send(id, message);
+        id
+    }
+
+    fn send(&self, request_id: u64, kind: Out) {
+        if let Some(out) = &self.out {
+            // A failed send means the stream is closing; the inbound side notices and
+            // reconnects, and pending requests are re-sent then.
+            let _ = out.send(pb::ClientMessage {
+                request_id,
+                kind: Some(kind),
+            });
+        }
+    }
+
+    fn pull_all(&mut self) {
+        let due: Vec<(ServiceKey, u64)> = self
+            .subscriptions
+            .iter()
+            .filter(|(_, e)| e.pull_in_flight.is_none())
+            .map(|(s, e)| (s.clone(), if e.cache.fresh { 0 } else { e.cache.revision }))
+            .collect();
+        for (service, known_revision) in due {
+            let message = Out::Pull(pb::Pull {
+                service: Some(wire::service_to_pb(&service)),
+                known_revision,
+            });
+            let id = self.issue(
+                message,
+                PendingOp::Pull {
+                    service: service.clone(),
+                },
+            );
+            if let Some(entry) = self.subscriptions.get_mut(&service) {
+                entry.pull_in_flight = Some(id);
+            }
+        }
+    }
+
+    fn on_server_message(&mut self, msg: pb::ServerMessage) {
+        match msg.kind {
+            Some(In::Reply(reply)) => match self.pending.remove(&reply.request_id) {
+                Some(pending) => self.complete(pending.op, reply),
+                None => tracing::debug!(id = reply.request_id, "reply to an unknown request"),
+            },
+            Some(In::Snapshot(snapshot)) => {
+                if snapshot.request_id != 0 {
+                    if let Some(Pending {
+                        op: PendingOp::Pull { service },
+                        ..
+                    }) = self.pending.remove(&snapshot.request_id)
+                    {
+                        self.pull_done(&service);
+                    }
+                }
+                self.on_snapshot(snapshot);
+            }
+            Some(In::Welcome(w)) => {
+                tracing::debug!(session = %w.session_id, "unexpected Welcome mid-session");
+            }
+            None => tracing::debug!("empty server message"),
+        }
+    }
+
+    fn pull_done(&mut self, service: &ServiceKey) {
+        if let Some(entry) = self.subscriptions.get_mut(service) {
+            entry.pull_in_flight = None;
+        }
+    }
+
+    /// Applies a snapshot to its subscription's cache (if the acceptance rule says so), then
+    /// acks its revision.
+    fn on_snapshot(&mut self, snapshot: pb::Snapshot) {
+        let Some(service) = snapshot.service.as_ref().map(wire::service_from_pb) else {
+            tracing::warn!("snapshot without a service");
+            return;
+        };
+        let Some(entry) = self.subscriptions.get_mut(&service) else {
+            tracing::debug!(%service, "snapshot for a service no longer subscribed");
+            return;
+        };
+        let revision = snapshot.revision;
+        if entry.cache.accept(revision) {
+            entry
+                .tx
+                .send_replace(Arc::new(wire::view_from_snapshot(&snapshot)));
+        }
+        let ack = Out::Ack(pb::Ack {
+            service: Some(wire::service_to_pb(&service)),
+            revision,
+        });
+        self.send(0, ack);
+    }
+
+    fn complete(&mut self, op: PendingOp, reply: pb::Reply) {
+        match op {
+            PendingOp::Register {
+                key,
+                spec,
+                reply: tx,
+            } => match wire::check_reply(reply) {
+                Ok(reply) => {
+                    if tx.send(Ok(reply)).is_ok() {
+                        self.registrations.insert(key, spec);
+                    } else {
+                        // The caller gave up and holds no handle: undo, or the instance would
+                        // live as long as the session with nobody able to remove it.
+                        let (service, instance) = key;
+                        let what = format!("undo abandoned register {instance} in {service}");
+                        let message = Out::Deregister(pb::Deregister {
+                            service: Some(wire::service_to_pb(&service)),
+                            instance: Some(wire::instance_key_to_pb(&instance)),
+                        });
+                        self.issue(message, PendingOp::Restore { what });
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            },
+            PendingOp::Deregister { reply: tx } | PendingOp::Drain { reply: tx } => {
+                let _ = tx.send(wire::check_reply(reply));
+            }
+            PendingOp::Subscribe { service } => self.subscribed(&service, wire::check_reply(reply)),
+            PendingOp::Restore { what } => {
+                if let Err(e) = wire::check_reply(reply) {
+                    tracing::warn!(%what, error = %e, "gangway restore request failed");
+                }
+            }
+            PendingOp::Pull { service } => {
+                self.pull_done(&service);
+                match wire::check_reply(reply) {
+                    Ok(_) => {} // not modified
+                    Err(e) => tracing::debug!(%service, error = %e, "pull refused"),
+                }
+            }
+        }
+    }
+
+    fn subscribed(&mut self, service: &ServiceKey, result: Result<pb::Reply, Error>) {
+        let Some(entry) = self.subscriptions.get_mut(service) else {
+            return;
+        };
+        let waiters = std::mem::take(&mut entry.waiters);
+        match result {
+            Ok(_) => {
+                entry.confirmed = true;
+                let mut gone = 0;
+                for w in waiters {
+                    if w.send(Ok(entry.tx.subscribe())).is_err() {
+                        gone += 1;
+                    }
+                }
+                if gone > 0 {
+                    self.release(service, gone);
+                }
+            }
+            Err(e) => {
+                let n = waiters.len();
+                for w in waiters {
+                    let _ = w.send(Err(e.clone()));
+                }
+                self.release(service, n);
+            }
+        }
+    }
+}
+
+fn register_message(service: &ServiceKey, instance: &InstanceKey, spec: &RegisterSpec) -> Out {
+    Out::Register(pb::Register {
+        service: Some(wire::service_to_pb(service)),
+        instance: Some(wire::instance_key_to_pb(instance)),
+        weight: Some(spec.weight),
+        metadata: wire::metadata_to_pb(&spec.metadata),
+    })
+}
+
+/// Connects, opens the stream, sends `Hello` and waits for `Welcome`, all within `deadline`.
+async fn open(endpoint: Endpoint, client_name: String, deadline: Duration) -> Result<Conn, String> {
+    let handshake = async move {
+        let channel = endpoint.connect().await.map_err(|e| describe(&e))?;
+        let mut client = RegistryClient::new(channel);
+        let (out, rx) = mpsc::unbounded_channel();
+        let hello = Out::Hello(pb::Hello { client_name });
+        out.send(pb::ClientMessage {
+            request_id: 0,
+            kind: Some(hello),
+        })
+        .map_err(|_| "request stream closed".to_owned())?;
+        let response = client
+            .session(UnboundedReceiverStream::new(rx))
+            .await
+            .map_err(|status| format!("session refused: {status}"))?;
+        let mut inbound = response.into_inner();
+        match inbound.message().await {
+            Ok(Some(pb::ServerMessage {
+                kind: Some(In::Welcome(welcome)),
+            })) => Ok(Conn {
+                _client: client,
+                out,
+                inbound,
+                welcome,
+            }),
+            Ok(Some(other)) => Err(format!("expected Welcome, got {other:?}")),
+            Ok(None) => Err("stream ended before Welcome".to_owned()),
+            Err(status) => Err(format!("stream error before Welcome: {status}")),
+        }
+    };
+    match tokio::time::timeout(deadline, handshake).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no Welcome within {deadline:?}")),
+    }
+}
+
+/// The error and its sources, since tonic's transport error alone says only "transport error".
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,129 @@
+//! `gangway demo-service`: GET /ping answers after a delay, saying which instance answered.
+//! Registers itself on a session; on SIGTERM runs the lossless sequence (DESIGN §4): drain
+//! (offline + wait for every subscriber's ack), stop accepting, finish in-flight requests, exit.
+//!
+//! Machine-readable lines on stdout: `ready name=.. addr=..`, `drained waited_ms=.. complete=..
+//! acked=.. laggards=..`, `stopped in_flight=0`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use clap::Args;
+use gangway_client::{Client, ClientConfig};
+use gangway_core::model::{InstanceKey, ServiceKey};
+
+use crate::args::parse_duration;
+
+/// Response header set while the instance drains (DESIGN §4, in-band signal).
+pub const DRAINING_HEADER: &str = "x-gangway-draining";
+
+/// Flags of `gangway demo-service`.
+#[derive(Debug, Args, Clone)]
+pub struct ServiceArgs {
+    /// Registry gRPC address.
+    #[arg(long, default_value = "127.0.0.1:9848", env = "GANGWAY_GRPC", value_name = "HOST:PORT")]
+    pub registry: String,
+    /// Service name to register under.
+    #[arg(long, default_value = "demo")]
+    pub service: String,
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Instance name shown in answers (default: the port).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Time GET /ping takes (in-flight time).
+    #[arg(long, default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub delay: Duration,
+    /// Longest wait for subscribers' acks on SIGTERM.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub drain_timeout: Duration,
+    /// On SIGTERM skip the drain (deregister by exiting): for comparisons.
+    #[arg(long)]
+    pub no_drain: bool,
+}
+
+#[derive(Clone)]
+struct Demo {
+    name: String,
+    delay: Duration,
+    draining: Arc<AtomicBool>,
+}
+
+async fn ping(State(d): State<Demo>) -> Response {
+    tokio::time::sleep(d.delay).await;
+    let mut response = Json(serde_json::json!({ "instance": d.name })).into_response();
+    if d.draining.load(Ordering::Relaxed) {
+        // In-band: a consumer whose ack is late still stops reusing this connection.
+        let headers = response.headers_mut();
+        headers.insert(DRAINING_HEADER, HeaderValue::from_static("1"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// Runs the demo service until SIGTERM/SIGINT.
+pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("bind {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let name = args.name.clone().unwrap_or_else(|| format!("i{}", addr.port()));
+    let demo = Demo { name: name.clone(), delay: args.delay, draining: Arc::new(AtomicBool::new(false)) };
+    let app = Router::new()
+        .route("/ping", get(ping))
+        .route("/health", get(|| async { "ok" }))
+        .with_state(demo.clone());
+
+    let client = Client::connect(ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}")))
+        .await
+        .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
+    let service = ServiceKey::named(&args.service);
+    let instance = InstanceKey::new(&addr.ip().to_string(), addr.port(), "");
+    let registration = client
+        .register(service, instance, 1.0, [("name".to_string(), name.clone())].into())
+        .await
+        .context("register")?;
+    println!("ready name={name} addr={addr}");
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    demo.draining.store(true, Ordering::Relaxed);
+    if !args.no_drain {
+        // Forced: the process is leaving anyway; being the last instance does not change that.
+        match registration.drain(args.drain_timeout, true).await {
+            Ok(report) => println!(
+                "drained waited_ms={} complete={} acked={} laggards={}",
+                report.waited.as_millis(),
+                report.complete,
+                report.acked.len(),
+                report.laggards.len()
+            ),
+            Err(e) => println!("drain-failed error={e}"),
+        }
+    }
+    // Stop accepting, finish in-flight requests (axum's graceful shutdown), then end the session.
+    let _ = stop_tx.send(());
+    server.await.context("server task")?.context("serve")?;
+    client.close();
+    println!("stopped in_flight=0");
+    Ok(())
+}

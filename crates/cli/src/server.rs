@@ -1,0 +1,103 @@
+//! `gangway server`: run the registry until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use gangway_server::config::{self, Config, Liveness};
+
+use crate::args::{format_duration, parse_duration};
+
+/// Flags of `gangway server`. Durations take `500ms`, `3s`, `2m` (a bare number is seconds).
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// REST address (the Nacos HTTP port by default).
+    #[arg(long, default_value = config::DEFAULT_HTTP, value_name = "ADDR")]
+    pub http: SocketAddr,
+    /// gRPC address for sessions (HTTP port + 1000, as Nacos).
+    #[arg(long, default_value = config::DEFAULT_GRPC, value_name = "ADDR")]
+    pub grpc: SocketAddr,
+    /// Directory of the embedded store (persistent instances, settings, offline marks).
+    #[arg(long, default_value = "./gangway-data", value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// HTTP/2 keepalive ping interval on sessions.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub keepalive_interval: Duration,
+    /// A session whose peer does not answer a ping within this ends (frozen client).
+    #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    pub keepalive_timeout: Duration,
+    /// Lease TTL: a heartbeat-kept instance is unhealthy after this long without a heartbeat.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_ttl: Duration,
+    /// Lease delete timeout: removed after this long without a heartbeat.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_delete_timeout: Duration,
+    /// After start, hold back snapshots this long while sessions re-register.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub warmup: Duration,
+    /// Forget an offline mark once its instance has been gone this long.
+    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    pub offline_mark_expiry: Duration,
+    /// Re-send an unacked push after this long.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub resend_interval: Duration,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `gangway_server=debug`.
+    #[arg(long, default_value = "info", value_name = "FILTER")]
+    pub log: String,
+}
+
+impl ServerArgs {
+    /// The server configuration these flags describe. Errors: lease delete timeout < TTL.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        if self.lease_delete_timeout < self.lease_ttl {
+            anyhow::bail!(
+                "--lease-delete-timeout ({}) must be at least --lease-ttl ({})",
+                format_duration(self.lease_delete_timeout),
+                format_duration(self.lease_ttl)
+            );
+        }
+        if self.keepalive_interval.is_zero() || self.keepalive_timeout.is_zero() {
+            anyhow::bail!("--keepalive-interval and --keepalive-timeout must be above 0");
+        }
+        Ok(Config {
+            http: self.http,
+            grpc: self.grpc,
+            data_dir: Some(self.data_dir.clone()),
+            liveness: Liveness {
+                keepalive_interval: self.keepalive_interval,
+                keepalive_timeout: self.keepalive_timeout,
+                lease_ttl: self.lease_ttl,
+                lease_delete_timeout: self.lease_delete_timeout,
+            },
+            warmup: self.warmup,
+            offline_mark_expiry: self.offline_mark_expiry,
+            resend_interval: self.resend_interval,
+            poller_expiry: config::DEFAULT_POLLER_EXPIRY,
+        })
+    }
+}
+
+/// Runs the registry until SIGINT/SIGTERM, then stops cleanly.
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let config = args.config()?;
+    let server = gangway_server::start(config.clone()).await?;
+    println!(
+        "gangway server {} listening: http={} grpc={} data-dir={} warm-up={}",
+        env!("CARGO_PKG_VERSION"),
+        server.http_addr,
+        server.grpc_addr,
+        args.data_dir.display(),
+        format_duration(config.warmup),
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+    }
+    server.shutdown().await;
+    println!("gangway server stopped");
+    Ok(())
+}

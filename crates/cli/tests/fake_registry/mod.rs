@@ -1,0 +1,169 @@
+//! A fake registry for the CLI's process tests: an axum server on 127.0.0.1:0 that answers
+//! canned JSON (shaped as docs/api-draft.md says) and records every request it gets.
+
+use std::net::SocketAddr;
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+
+/// One canned answer: for `method` on `path` (without the query), `status` and `body`.
+#[derive(Clone)]
+pub struct Canned {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+/// A request as the fake received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    /// Path and query, as sent (still percent-encoded).
+    pub uri: String,
+    pub body: String,
+}
+
+#[derive(Clone)]
+struct Shared {
+    routes: Arc<Vec<Canned>>,
+    log: Arc<Mutex<Vec<Recorded>>>,
+}
+
+/// A running fake registry; stops when dropped with the test's runtime.
+pub struct Fake {
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<Recorded>>>,
+}
+
+/// A JSON answer.
+pub fn json(
+    method: &'static str,
+    path: &'static str,
+    status: u16,
+    body: serde_json::Value,
+) -> Canned {
+    Canned {
+        method,
+        path,
+        status,
+        content_type: "application/json",
+        body: body.to_string(),
+    }
+}
+
+/// An error answer with the spec's body.
+pub fn error(
+    method: &'static str,
+    path: &'static str,
+    status: u16,
+    code: &str,
+    message: &str,
+    field: Option<&str>,
+) -> Canned {
+    json(
+        method,
+        path,
+        status,
+        serde_json::json!({"error": {"code": code, "message": message, "field": field}}),
+    )
+}
+
+/// A Server-Sent Events answer carrying `snapshots` as `snapshot` events, then closing.
+pub fn sse(path: &'static str, snapshots: &[serde_json::Value]) -> Canned {
+    let mut body = String::from(": hello\n\n");
+    for s in snapshots {
+        body.push_str(&format!("event: snapshot\ndata: {s}\n\n"));
+    }
+    Canned {
+        method: "GET",
+        path,
+        status: 200,
+        content_type: "text/event-stream",
+        body,
+    }
+}
+
+impl Fake {
+    /// Starts serving `routes`; unknown routes get 404 with a spec-shaped body.
+    pub async fn start(routes: Vec<Canned>) -> Fake {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let shared = Shared {
+            routes: Arc::new(routes),
+            log: log.clone(),
+        };
+        let app = Router::new().fallback(handle).with_state(shared);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Fake { addr, log }
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Runs `gangway --server <fake> ARGS...` to completion.
+    pub async fn run(&self, args: &[&str]) -> Output {
+        gangway(&self.addr.to_string(), args).await
+    }
+}
+
+/// Runs the real binary against `server` with a clean environment for its own variables.
+pub async fn gangway(server: &str, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .env_remove("GANGWAY_SERVER")
+        .env_remove("GANGWAY_NAMESPACE")
+        .env_remove("GANGWAY_GROUP")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run gangway")
+}
+
+async fn handle(State(shared): State<Shared>, req: Request) -> Response {
+    let method = req.method().to_string();
+    let uri = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    let path = req.uri().path().to_owned();
+    let body = to_bytes(req.into_body(), usize::MAX)
+        .await
+        .unwrap_or_default();
+    shared.log.lock().unwrap().push(Recorded {
+        method: method.clone(),
+        uri,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    });
+    let canned = shared
+        .routes
+        .iter()
+        .find(|c| c.method == method && c.path == path);
+    let (status, content_type, body) = match canned {
+        Some(c) => (c.status, c.content_type, c.body.clone()),
+        None => (
+            404,
+            "application/json",
+            serde_json::json!({"error": {"code": "not_found", "message": format!("no route {method} {path}"), "field": null}})
+                .to_string(),
+        ),
+    };
+    Response::builder()
+        .status(StatusCode::from_u16(status).unwrap())
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body))
+        .unwrap()
+}

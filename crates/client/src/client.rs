@@ -237,7 +237,7 @@ impl Client {
             .commands
             .send(Command::Request { request, reply })
             .map_err(|_| Error::Closed)?;
-        let after = self.inner.config.request_timeout + extra;
+        let after = self.inner.config.request_timeout.saturating_add(extra);
         match tokio::time::timeout(after, rx).await {
             Err(_) => Err(Error::Timeout { operation, after }),
             Ok(Err(_)) => Err(Error::Closed),
@@ -297,8 +297,11 @@ impl Registration {
 
     /// Ack-based drain (DESIGN §4): the registry takes the instance out of the consumer view,
     /// then waits until every live subscriber acked that revision, at most `timeout`
-    /// (millisecond resolution). `force` drains even the last serving instance of the service.
-    /// The client stops restoring the registration on reconnect.
+    /// (millisecond resolution; zero takes the registry's default, and then the call may time out
+    /// client-side after `request_timeout`). `force` drains even the last serving instance of the
+    /// service. The client stops restoring the registration on reconnect; if the session is lost
+    /// mid-drain the registry has already dropped the instance, and the re-sent drain fails with
+    /// `not_found`.
     ///
     /// Waits up to `timeout + request_timeout`. An incomplete drain is not an error: check
     /// [`DrainReport::complete`] and [`DrainReport::laggards`].

@@ -19,11 +19,14 @@ pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 /// Default HTTP/2 keepalive ping timeout: 3 s; an unanswered ping ends the session.
 pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Upper limit of every duration in a [`ClientConfig`]: 24 h.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
 /// How a [`Client`](crate::Client) reaches and talks to the registry.
 ///
 /// Build with [`ClientConfig::new`] and adjust the public fields; [`Client::connect`]
-/// validates it and reports every problem at once ([`Error::InvalidConfig`]). Nothing is read
-/// from the environment.
+/// validates it and reports every problem at once ([`Error::InvalidConfig`]); every duration
+/// must be within 0 < d <= [`MAX_DURATION`]. Nothing is read from the environment.
 ///
 /// [`Client::connect`]: crate::Client::connect
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +124,7 @@ impl ClientConfig {
         for (name, value) in [
             ("refresh", self.refresh),
             ("backoff_initial", self.backoff_initial),
+            ("backoff_max", self.backoff_max),
             ("request_timeout", self.request_timeout),
             ("connect_timeout", self.connect_timeout),
             ("keepalive_interval", self.keepalive_interval),
@@ -128,6 +132,8 @@ impl ClientConfig {
         ] {
             if value.is_zero() {
                 problems.push(format!("{name}: must be > 0"));
+            } else if value > MAX_DURATION {
+                problems.push(format!("{name}: {value:?} is above the 24 h limit"));
             }
         }
         if self.backoff_max < self.backoff_initial {

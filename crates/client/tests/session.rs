@@ -406,6 +406,22 @@ async fn duplicate_snapshots_are_acked_but_not_reapplied_and_pull_falls_back() {
         !rx.has_changed().unwrap(),
         "same revision must not be re-applied"
     );
+    let mut waiting = sub.clone();
+    let err = waiting
+        .wait_for(|v| v.revision == 42, Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                operation: "wait_for",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    drop(waiting);
 
     // Dropping the last subscription unsubscribes.
     drop(sub);
@@ -537,7 +553,7 @@ async fn rejections_drain_and_deregister() {
         "nothing restored before it: {m:?}"
     );
     c2.ok(m.request_id, 0);
-    timeout(WAIT, subscribing).await.unwrap().unwrap().unwrap();
+    let mut sub = timeout(WAIT, subscribing).await.unwrap().unwrap().unwrap();
 
     // Close ends the stream; later calls fail with Closed.
     client.close();
@@ -553,6 +569,11 @@ async fn rejections_drain_and_deregister() {
         .await
         .unwrap_err();
     assert_eq!(err, Error::Closed);
+    assert_eq!(
+        timeout(WAIT, sub.changed()).await.unwrap().unwrap_err(),
+        Error::Closed
+    );
+    assert_eq!(sub.view().revision, 0, "the last view stays readable");
 }
 
 #[tokio::test]

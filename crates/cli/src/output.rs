@@ -254,7 +254,10 @@ pub fn subscribers(service: &str, s: &Subscribers) -> String {
             sub.id.clone(),
             sub.address.clone(),
             sub.kind.clone(),
-            sub.client_name.clone().unwrap_or_else(|| "-".to_owned()),
+            sub.client_name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "-".to_owned()),
             sub.acked_revision.to_string(),
             sub.acked_at_ms
                 .map(rfc3339_ms)

@@ -35,7 +35,7 @@ pub struct RegisterArgs {
     #[arg(long)]
     pub persistent: bool,
     /// Share of traffic, 0-10000 (0 = never picked) [registry default: 1].
-    #[arg(long, short = 'w', value_name = "W")]
+    #[arg(long, short = 'w', value_name = "W", allow_negative_numbers = true)]
     pub weight: Option<f64>,
     /// Metadata entry; repeat for more.
     #[arg(long = "meta", short = 'm', value_name = "K=V", value_parser = parse_meta)]

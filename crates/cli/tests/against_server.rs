@@ -1,0 +1,171 @@
+//! The real `gangway` binary against a real in-process registry (`gangway_server::start` on
+//! 127.0.0.1:0): the wire shapes the CLI expects are the ones the server sends.
+
+use std::process::Output;
+
+use serde_json::Value;
+
+/// Runs the real binary against `server` with a clean environment for its own variables.
+async fn gangway(server: &str, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .env_remove("GANGWAY_SERVER")
+        .env_remove("GANGWAY_NAMESPACE")
+        .env_remove("GANGWAY_GROUP")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run gangway")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+#[tokio::test]
+async fn register_list_offline_drain_deregister_round_trip() {
+    let server = gangway_server::start(gangway_server::Config::for_tests())
+        .await
+        .unwrap();
+    let addr = server.http_addr.to_string();
+    let run = |args: &'static [&'static str]| gangway(&addr, args);
+
+    let out = ok(&run(&[
+        "register",
+        "orders",
+        "10.0.0.5:8080",
+        "-m",
+        "zone=a",
+        "--ttl",
+        "30",
+    ])
+    .await);
+    assert!(
+        out.starts_with("registered 10.0.0.5:8080 in orders (revision "),
+        "{out}"
+    );
+    ok(&run(&["register", "orders", "[fd00::7]:8080"]).await);
+    let out = ok(&run(&["heartbeat", "orders", "[fd00::7]:8080", "--once"]).await);
+    assert!(
+        out.starts_with("heartbeat sent for [fd00::7]:8080: healthy"),
+        "{out}"
+    );
+
+    let out = ok(&run(&["list", "orders"]).await);
+    assert!(out.contains("2 instances"), "{out}");
+    assert!(out.contains("\n10.0.0.5:8080 "), "{out}");
+    assert!(out.contains("[fd00::7]:8080"), "{out}");
+
+    let out = ok(&run(&["services", "--json"]).await);
+    let services: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(services["services"][0]["service"], "orders");
+    assert_eq!(services["services"][0]["instances"], 2);
+
+    // No subscribers: the drain completes at once.
+    let out = ok(&run(&[
+        "offline",
+        "orders",
+        "10.0.0.5:8080",
+        "--wait",
+        "--timeout",
+        "2",
+    ])
+    .await);
+    assert!(out.contains(" complete: "), "{out}");
+    let out = ok(&run(&["list", "orders", "--all", "--json"]).await);
+    let view: Value = serde_json::from_str(&out).unwrap();
+    let off = view["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["ip"] == "10.0.0.5")
+        .unwrap();
+    assert_eq!(off["enabled"], false);
+    ok(&run(&["online", "orders", "10.0.0.5:8080"]).await);
+
+    let out = ok(&run(&["deregister", "orders", "[fd00::7]:8080"]).await);
+    assert!(
+        out.starts_with("deregistered [fd00::7]:8080 from orders"),
+        "{out}"
+    );
+    let out = ok(&run(&["subscribers", "orders"]).await);
+    assert!(out.starts_with("orders  revision "), "{out}");
+
+    // The registry's own validation error comes back as one line.
+    let out = run(&["register", "orders", "10.0.0.6:80", "--weight", "-1"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("error: weight: ") && err.ends_with("(HTTP 400)\n"),
+        "{err}"
+    );
+
+    let out = run(&["heartbeat", "orders", "10.9.9.9:80", "--once"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("(HTTP 404)"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_sees_the_current_snapshot() {
+    let server = gangway_server::start(gangway_server::Config::for_tests())
+        .await
+        .unwrap();
+    let addr = server.http_addr.to_string();
+    ok(&gangway(&addr, &["register", "orders", "10.0.0.5:8080"]).await);
+    let out = ok(&gangway(&addr, &["watch", "orders", "--count", "1"]).await);
+    assert!(out.contains("  1 instance  10.0.0.5:8080"), "{out}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn drain_waits_for_a_watching_subscriber() {
+    use tokio::io::AsyncBufReadExt;
+
+    let server = gangway_server::start(gangway_server::Config::for_tests())
+        .await
+        .unwrap();
+    let addr = server.http_addr.to_string();
+    ok(&gangway(&addr, &["register", "orders", "10.0.0.5:8080"]).await);
+    ok(&gangway(&addr, &["register", "orders", "10.0.0.6:8080"]).await);
+
+    let mut watcher = tokio::process::Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["--server", &addr, "watch", "orders", "--count", "2"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(watcher.stdout.take().unwrap()).lines();
+    // Its first snapshot means it is subscribed.
+    let first = lines.next_line().await.unwrap().unwrap();
+    assert!(first.contains("  2 instances  "), "{first}");
+
+    let out = ok(&gangway(
+        &addr,
+        &["drain", "orders", "10.0.0.5:8080", "--timeout", "10"],
+    )
+    .await);
+    assert!(
+        out.contains(" complete: ") && out.contains("1 acked, 0 lagging"),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l.ends_with("acked")), "{out}");
+
+    let second = lines.next_line().await.unwrap().unwrap();
+    assert!(second.ends_with("  1 instance  10.0.0.6:8080"), "{second}");
+    assert!(watcher.wait().await.unwrap().success());
+    server.shutdown().await;
+}

@@ -131,6 +131,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Renders a duration for people: `750ms`, `30s`, `1.5s`, `2m`.
+// `u128::is_multiple_of` needs Rust 1.87; the workspace's rust-version is 1.85.
+#[allow(clippy::manual_is_multiple_of)]
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {

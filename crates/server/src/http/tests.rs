@@ -1316,3 +1316,22 @@ async fn openapi_describes_exactly_the_routes_the_router_serves() {
         assert!(spec.pointer(pointer).is_some(), "dangling $ref {r}");
     }
 }
+
+#[tokio::test]
+#[ignore = "known bug: the engine's service summary skips services with default settings and no instances, so PUT answers 404 after storing the settings"]
+async fn put_default_settings_on_an_unknown_service_answers_the_service() {
+    let app = app();
+    let put = app
+        .ok(Method::PUT, "/v1/services/fresh", Some(json!({})))
+        .await;
+    assert_eq!(put["service"], "fresh");
+}
+
+#[tokio::test]
+#[ignore = "known gap: a wrong method on a known path answers 405 with an empty body, not the JSON error shape"]
+async fn wrong_method_answers_the_json_error_shape() {
+    let app = app();
+    let reply = app.call(Method::DELETE, "/v1/services", None).await;
+    assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(reply.json()["error"]["code"].is_string());
+}

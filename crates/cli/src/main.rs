@@ -15,8 +15,10 @@ use clap::{Parser, Subcommand};
 mod api;
 mod args;
 mod commands;
+mod demo;
 mod error;
 mod output;
+mod server;
 mod sse;
 
 use commands::{Context, drain, list, register, watch};
@@ -56,6 +58,14 @@ struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the registry (REST on --http, gRPC sessions on --grpc) until SIGINT/SIGTERM.
+    Server(server::ServerArgs),
+    /// Run the demo: registry, 3 demo-service processes, a client at 60 req/s, rolling restart.
+    Demo(demo::rolling::DemoArgs),
+    /// A small HTTP service that registers itself and drains before it exits on SIGTERM.
+    DemoService(demo::service::ServiceArgs),
+    /// Send GET /ping through a subscription at a fixed open-loop rate; print failures.
+    DemoClient(demo::client::ClientArgs),
     /// Register an instance (ephemeral and lease-kept by default).
     Register(register::RegisterArgs),
     /// Keep an ephemeral instance's lease alive: heartbeats until Ctrl-C, or once.
@@ -83,10 +93,15 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    // `gangway server --log` sets the filter; RUST_LOG overrides it; other commands log warnings.
+    let default_filter = match &cli.command {
+        Command::Server(a) => a.log.clone(),
+        _ => "warn".to_owned(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -109,6 +124,28 @@ fn main() -> ExitCode {
 /// Runs one command. Commands return a typed [`CliError`]; `anyhow` is for what main itself
 /// starts (e.g. an embedded server).
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Server(a) => return server::run(a).await.map(|()| ExitCode::from(EXIT_OK)),
+        Command::Demo(a) => {
+            return demo::rolling::run(a)
+                .await
+                .map(|()| ExitCode::from(EXIT_OK));
+        }
+        Command::DemoService(a) => {
+            return demo::service::run(a)
+                .await
+                .map(|()| ExitCode::from(EXIT_OK));
+        }
+        Command::DemoClient(a) => {
+            let report = demo::client::run(a).await?;
+            return Ok(ExitCode::from(if report.failed == 0 {
+                EXIT_OK
+            } else {
+                EXIT_FAILURE
+            }));
+        }
+        _ => {}
+    }
     let ctx = Context::new(&cli.server, cli.json).map_err(CliError::from)?;
     let outcome = match cli.command {
         Command::Register(a) => register::register(&ctx, a).await,
@@ -121,6 +158,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Online(a) => drain::online(&ctx, a).await,
         Command::Drain(a) => drain::drain(&ctx, a).await,
         Command::Subscribers(a) => list::subscribers(&ctx, a).await,
+        Command::Server(_)
+        | Command::Demo(_)
+        | Command::DemoService(_)
+        | Command::DemoClient(_) => {
+            unreachable!("handled above")
+        }
     };
     Ok(outcome?)
 }

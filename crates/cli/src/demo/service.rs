@@ -29,7 +29,12 @@ pub const DRAINING_HEADER: &str = "x-gangway-draining";
 #[derive(Debug, Args, Clone)]
 pub struct ServiceArgs {
     /// Registry gRPC address.
-    #[arg(long, default_value = "127.0.0.1:9848", env = "GANGWAY_GRPC", value_name = "HOST:PORT")]
+    #[arg(
+        long,
+        default_value = "127.0.0.1:9848",
+        env = "GANGWAY_GRPC",
+        value_name = "HOST:PORT"
+    )]
     pub registry: String,
     /// Service name to register under.
     #[arg(long, default_value = "demo")]
@@ -72,22 +77,38 @@ async fn ping(State(d): State<Demo>) -> Response {
 
 /// Runs the demo service until SIGTERM/SIGINT.
 pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("bind {}", args.listen))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("bind {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let name = args.name.clone().unwrap_or_else(|| format!("i{}", addr.port()));
-    let demo = Demo { name: name.clone(), delay: args.delay, draining: Arc::new(AtomicBool::new(false)) };
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("i{}", addr.port()));
+    let demo = Demo {
+        name: name.clone(),
+        delay: args.delay,
+        draining: Arc::new(AtomicBool::new(false)),
+    };
     let app = Router::new()
         .route("/ping", get(ping))
         .route("/health", get(|| async { "ok" }))
         .with_state(demo.clone());
 
-    let client = Client::connect(ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}")))
-        .await
-        .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
+    let client = Client::connect(
+        ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}")),
+    )
+    .await
+    .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
     let service = ServiceKey::named(&args.service);
     let instance = InstanceKey::new(&addr.ip().to_string(), addr.port(), "");
     let registration = client
-        .register(service, instance, 1.0, [("name".to_string(), name.clone())].into())
+        .register(
+            service,
+            instance,
+            1.0,
+            [("name".to_string(), name.clone())].into(),
+        )
         .await
         .context("register")?;
     println!("ready name={name} addr={addr}");

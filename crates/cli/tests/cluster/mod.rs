@@ -1,0 +1,225 @@
+//! Real processes for end-to-end tests: the `gangway` binary as registry server, demo-services
+//! and demo-client, on 127.0.0.1 with ephemeral ports. Every child is killed on drop.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::time::Instant;
+
+/// Path of the binary under test.
+pub const GANGWAY: &str = env!("CARGO_BIN_EXE_gangway");
+
+/// Longest wait for a process to print a line we expect.
+pub const STARTUP: Duration = Duration::from_secs(20);
+
+/// A child process with its stdout read line by line.
+pub struct Proc {
+    pub child: Child,
+    pub stdout: Lines<BufReader<ChildStdout>>,
+    pub stderr: Option<Lines<BufReader<ChildStderr>>>,
+}
+
+impl Proc {
+    pub fn spawn(args: &[&str]) -> Proc {
+        let mut child = Command::new(GANGWAY)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn gangway");
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        let stderr = Some(BufReader::new(child.stderr.take().unwrap()).lines());
+        Proc {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id().expect("running") as i32)
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).expect("kill");
+    }
+
+    /// Reads stdout until a line starts with `prefix`; returns that line.
+    pub async fn line_starting(&mut self, prefix: &str) -> String {
+        let found = tokio::time::timeout(STARTUP, async {
+            while let Some(line) = self.stdout.next_line().await.expect("read stdout") {
+                if line.starts_with(prefix) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(line)) => line,
+            other => panic!("no line starting with {prefix:?} (got {other:?})"),
+        }
+    }
+
+    /// Reads stderr until a line starts with `prefix`.
+    pub async fn stderr_line_starting(&mut self, prefix: &str) -> String {
+        let lines = self.stderr.as_mut().expect("stderr piped");
+        let found = tokio::time::timeout(STARTUP, async {
+            while let Some(line) = lines.next_line().await.expect("read stderr") {
+                if line.starts_with(prefix) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(line)) => line,
+            other => panic!("no stderr line starting with {prefix:?} (got {other:?})"),
+        }
+    }
+
+    /// Drains stderr in the background so the child never blocks on a full pipe.
+    pub fn forward_stderr(&mut self, tag: &'static str) {
+        if let Some(mut lines) = self.stderr.take() {
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    eprintln!("[{tag}] {line}");
+                }
+            });
+        }
+    }
+
+    /// Everything left on stdout, once the process exits (bounded by `timeout`).
+    pub async fn rest_of_stdout(&mut self, timeout: Duration) -> String {
+        let mut out = String::new();
+        let read = async {
+            while let Ok(Some(line)) = self.stdout.next_line().await {
+                out.push_str(&line);
+                out.push('\n');
+            }
+        };
+        tokio::time::timeout(timeout, read)
+            .await
+            .expect("process output ended in time");
+        out
+    }
+
+    pub async fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .expect("exited in time")
+            .expect("wait")
+    }
+}
+
+/// A registry server process and its addresses.
+pub struct Server {
+    pub proc: Proc,
+    pub http: String,
+    pub grpc: String,
+}
+
+fn addr_field(line: &str, key: &str) -> String {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+        .to_owned()
+}
+
+impl Server {
+    /// Starts `gangway server` on the given addresses (use `127.0.0.1:0` for fresh ports).
+    pub async fn start(data_dir: &Path, http: &str, grpc: &str, extra: &[&str]) -> Server {
+        let mut args = vec!["server", "--http", http, "--grpc", grpc, "--log", "warn"];
+        let dir = data_dir.to_str().unwrap().to_owned();
+        args.extend(["--data-dir", &dir]);
+        args.extend_from_slice(extra);
+        let mut proc = Proc::spawn(&args);
+        let line = proc.line_starting("gangway server").await;
+        proc.forward_stderr("server");
+        Server {
+            http: addr_field(&line, "http"),
+            grpc: addr_field(&line, "grpc"),
+            proc,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.http)
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        reqwest::get(self.url(path))
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("JSON")
+    }
+}
+
+/// A demo-service process.
+pub struct DemoService {
+    pub proc: Proc,
+    pub addr: String,
+}
+
+impl DemoService {
+    pub async fn start(registry: &str, name: &str) -> DemoService {
+        let mut proc = Proc::spawn(&[
+            "demo-service",
+            "--registry",
+            registry,
+            "--service",
+            "demo",
+            "--name",
+            name,
+        ]);
+        let line = proc.line_starting("ready ").await;
+        proc.forward_stderr("demo-service");
+        DemoService {
+            addr: addr_field(&line, "addr"),
+            proc,
+        }
+    }
+}
+
+/// Polls `probe` every 20 ms until it returns `Some`, at most `deadline`.
+pub async fn poll<T, F, Fut>(deadline: Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Addresses in a listing answer.
+pub fn addresses(listing: &Value) -> Vec<String> {
+    listing["instances"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| format!("{}:{}", i["ip"].as_str().unwrap_or(""), i["port"]))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -131,11 +131,8 @@ pub async fn run_load(
         .context("HTTP client")?;
     let total = (rate * duration.as_secs_f64()).round() as usize;
     let start = Instant::now();
-    let changes = tokio::spawn(record_changes(
-        subscription.receiver(),
-        start,
-        start + duration + timeout,
-    ));
+    let (stop_changes, stopped) = tokio::sync::oneshot::channel();
+    let changes = tokio::spawn(record_changes(subscription.receiver(), start, stopped));
     let on_failure = Arc::new(on_failure);
     let mut tasks = Vec::with_capacity(total);
     for index in 0..total {
@@ -178,8 +175,8 @@ pub async fn run_load(
     for task in tasks {
         requests.push(task.await.context("request task")?);
     }
-    changes.abort();
-    let view_changes = changes.await.unwrap_or_default();
+    let _ = stop_changes.send(());
+    let view_changes = changes.await.context("view change recorder")?;
     let ok = requests.iter().filter(|r| r.ok).count();
     let attempts: u32 = requests.iter().map(|r| r.attempts).sum();
     Ok(LoadReport {
@@ -199,7 +196,7 @@ pub async fn run_load(
 async fn record_changes(
     mut rx: tokio::sync::watch::Receiver<Arc<gangway_core::View>>,
     start: Instant,
-    until: Instant,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
 ) -> Vec<ViewChange> {
     let mut out = Vec::new();
     loop {
@@ -215,7 +212,7 @@ async fn record_changes(
                     instances: view.instances.iter().map(|i| i.key.addr()).collect(),
                 });
             }
-            _ = tokio::time::sleep_until(until) => break,
+            _ = &mut stop => break,
         }
     }
     out

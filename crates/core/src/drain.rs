@@ -25,8 +25,10 @@ pub struct AckProgress {
 impl AckProgress {
     /// Splits live subscribers by whether they acked `target` or later.
     pub fn of<'a>(target: u64, subscribers: impl IntoIterator<Item = &'a SubscriberAck>) -> Self {
-        let (acked, laggards) =
-            subscribers.into_iter().cloned().partition(|s| s.acked_revision >= target);
+        let (acked, laggards) = subscribers
+            .into_iter()
+            .cloned()
+            .partition(|s| s.acked_revision >= target);
         AckProgress { acked, laggards }
     }
 
@@ -41,7 +43,11 @@ mod tests {
     use super::*;
 
     fn sub(id: &str, acked: u64) -> SubscriberAck {
-        SubscriberAck { id: id.into(), address: "127.0.0.1:1".into(), acked_revision: acked }
+        SubscriberAck {
+            id: id.into(),
+            address: "127.0.0.1:1".into(),
+            acked_revision: acked,
+        }
     }
 
     #[test]

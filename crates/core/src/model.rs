@@ -62,7 +62,11 @@ pub struct InstanceKey {
 impl InstanceKey {
     /// A key; an empty `cluster` takes [`DEFAULT_CLUSTER`].
     pub fn new(ip: &str, port: u16, cluster: &str) -> Self {
-        Self { ip: ip.to_owned(), port, cluster: or_default(cluster, DEFAULT_CLUSTER) }
+        Self {
+            ip: ip.to_owned(),
+            port,
+            cluster: or_default(cluster, DEFAULT_CLUSTER),
+        }
     }
 
     /// `ip:port`, with brackets around IPv6 literals (`[::1]:80`).
@@ -151,11 +155,16 @@ impl Instance {
 }
 
 fn or_default(value: &str, default: &str) -> String {
-    if value.is_empty() { default.to_owned() } else { value.to_owned() }
+    if value.is_empty() {
+        default.to_owned()
+    } else {
+        value.to_owned()
+    }
 }
 
 /// How the registry probes a persistent instance (DESIGN §3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProbeSpec {
     /// TCP connect (default) or HTTP GET.
     #[serde(default)]

@@ -30,7 +30,10 @@ pub struct ValidationError {
 impl ValidationError {
     /// An error about `field`.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into() }
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -81,7 +84,10 @@ pub fn instance_key(key: &InstanceKey) -> Result<(), ValidationError> {
 pub fn port(value: u32) -> Result<u16, ValidationError> {
     match u16::try_from(value) {
         Ok(p) if p >= 1 => Ok(p),
-        _ => Err(ValidationError::new("port", format!("must be 1-65535, got {value}"))),
+        _ => Err(ValidationError::new(
+            "port",
+            format!("must be 1-65535, got {value}"),
+        )),
     }
 }
 
@@ -97,7 +103,10 @@ pub fn ip(value: &str) -> Result<(), ValidationError> {
     if value.len() > MAX_HOST_LEN {
         return Err(ValidationError::new(
             "ip",
-            format!("{rule} of at most {MAX_HOST_LEN} characters, got {}", value.len()),
+            format!(
+                "{rule} of at most {MAX_HOST_LEN} characters, got {}",
+                value.len()
+            ),
         ));
     }
     let host = value.strip_suffix('.').unwrap_or(value);
@@ -120,7 +129,12 @@ pub fn ip(value: &str) -> Result<(), ValidationError> {
 /// Parses an instance address `ip:port`, `host:port` or `[ipv6]:port` into a checked
 /// (ip, port). Errors name the field `addr` (shape) or `ip` / `port` (their rules).
 pub fn addr(value: &str) -> Result<(String, u16), ValidationError> {
-    let shape = || ValidationError::new("addr", format!("must be IP:PORT, HOST:PORT or [IPV6]:PORT, got {value:?}"));
+    let shape = || {
+        ValidationError::new(
+            "addr",
+            format!("must be IP:PORT, HOST:PORT or [IPV6]:PORT, got {value:?}"),
+        )
+    };
     let (host, port_text) = if let Some(rest) = value.strip_prefix('[') {
         let (host, tail) = rest.split_once(']').ok_or_else(shape)?;
         (host, tail.strip_prefix(':').ok_or_else(shape)?)
@@ -144,7 +158,10 @@ pub fn weight(value: f64) -> Result<(), ValidationError> {
     if value.is_finite() && (0.0..=MAX_WEIGHT).contains(&value) {
         Ok(())
     } else {
-        Err(ValidationError::new("weight", format!("must be a finite number 0-10000, got {value}")))
+        Err(ValidationError::new(
+            "weight",
+            format!("must be a finite number 0-10000, got {value}"),
+        ))
     }
 }
 
@@ -153,7 +170,10 @@ pub fn metadata(value: &BTreeMap<String, String>) -> Result<(), ValidationError>
     if value.len() > MAX_METADATA_KEYS {
         return Err(ValidationError::new(
             "metadata",
-            format!("must have at most {MAX_METADATA_KEYS} keys, got {}", value.len()),
+            format!(
+                "must have at most {MAX_METADATA_KEYS} keys, got {}",
+                value.len()
+            ),
         ));
     }
     if value.keys().any(String::is_empty) {

@@ -39,7 +39,11 @@ impl View {
             .cloned()
             .collect();
         picked.sort_by(|a, b| a.key.cmp(&b.key));
-        View { revision, instances: picked, protection_triggered }
+        View {
+            revision,
+            instances: picked,
+            protection_triggered,
+        }
     }
 
     /// Whether an instance with this key is in the view.

@@ -25,6 +25,9 @@ pub enum ApiError {
         /// Readable message.
         message: String,
     },
+    /// The path exists but not with this method (HTTP 405).
+    #[error("method not allowed on this path; see /v1/openapi.json")]
+    MethodNotAllowed,
     /// The registry is starting and holds back snapshots (HTTP 503, gRPC UNAVAILABLE).
     #[error("the registry is warming up; retry shortly")]
     WarmingUp,
@@ -36,12 +39,16 @@ pub enum ApiError {
 impl ApiError {
     /// A 404.
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::NotFound { message: message.into() }
+        Self::NotFound {
+            message: message.into(),
+        }
     }
 
     /// A 409.
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self::Conflict { message: message.into() }
+        Self::Conflict {
+            message: message.into(),
+        }
     }
 
     /// A 400 about `field`.
@@ -55,6 +62,7 @@ impl ApiError {
             ApiError::Invalid(_) => "invalid_argument",
             ApiError::NotFound { .. } => "not_found",
             ApiError::Conflict { .. } => "conflict",
+            ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::WarmingUp => "warming_up",
             ApiError::Store(_) => "internal",
         }
@@ -82,6 +90,7 @@ impl ApiError {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::WarmingUp => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -115,7 +124,13 @@ struct Inner<'a> {
 impl IntoResponse for ApiError {
     /// `{"error": {"code", "message", "field"}}` with the variant's status.
     fn into_response(self) -> Response {
-        let body = Body { error: Inner { code: self.code(), message: self.message(), field: self.field() } };
+        let body = Body {
+            error: Inner {
+                code: self.code(),
+                message: self.message(),
+                field: self.field(),
+            },
+        };
         (self.status(), Json(body)).into_response()
     }
 }
@@ -127,6 +142,7 @@ impl From<ApiError> for tonic::Status {
             ApiError::Invalid(_) => tonic::Status::invalid_argument(message),
             ApiError::NotFound { .. } => tonic::Status::not_found(message),
             ApiError::Conflict { .. } => tonic::Status::failed_precondition(message),
+            ApiError::MethodNotAllowed => tonic::Status::unimplemented(message),
             ApiError::WarmingUp => tonic::Status::unavailable(message),
             ApiError::Store(_) => tonic::Status::internal(message),
         }

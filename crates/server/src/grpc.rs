@@ -14,7 +14,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::DEFAULT_DRAIN_TIMEOUT;
-use crate::engine::{DrainReport, LivenessRequest, Registry, Snapshot, SubscriberInfo, SubscriberKind};
+use crate::engine::{
+    DrainReport, LivenessRequest, Registry, Snapshot, SubscriberInfo, SubscriberKind,
+};
 use crate::error::ApiError;
 
 /// Outbound buffer per session, in messages.
@@ -51,13 +53,21 @@ fn instance_key(k: Option<pb::InstanceKey>) -> Result<InstanceKey, ApiError> {
 }
 
 fn pb_service(k: &ServiceKey) -> pb::ServiceKey {
-    pb::ServiceKey { namespace: k.namespace.clone(), group: k.group.clone(), service: k.service.clone() }
+    pb::ServiceKey {
+        namespace: k.namespace.clone(),
+        group: k.group.clone(),
+        service: k.service.clone(),
+    }
 }
 
 /// Converts a domain instance to its proto form.
 pub fn pb_instance(i: &Instance) -> pb::Instance {
     pb::Instance {
-        key: Some(pb::InstanceKey { ip: i.key.ip.clone(), port: u32::from(i.key.port), cluster: i.key.cluster.clone() }),
+        key: Some(pb::InstanceKey {
+            ip: i.key.ip.clone(),
+            port: u32::from(i.key.port),
+            cluster: i.key.cluster.clone(),
+        }),
         weight: i.weight,
         enabled: i.enabled,
         healthy: i.healthy,
@@ -81,7 +91,11 @@ fn pb_snapshot(s: &Snapshot, request_id: u64) -> pb::ServerMessage {
 fn pb_drain(d: DrainReport) -> pb::DrainResult {
     let acks = |v: Vec<gangway_core::drain::SubscriberAck>| {
         v.into_iter()
-            .map(|s| pb::SubscriberAck { id: s.id, address: s.address, acked_revision: s.acked_revision })
+            .map(|s| pb::SubscriberAck {
+                id: s.id,
+                address: s.address,
+                acked_revision: s.acked_revision,
+            })
             .collect()
     };
     pb::DrainResult {
@@ -105,7 +119,9 @@ fn reply(request_id: u64, result: Result<pb::Reply, ApiError>) -> pb::ServerMess
             ..pb::Reply::default()
         },
     };
-    pb::ServerMessage { kind: Some(pb::server_message::Kind::Reply(reply)) }
+    pb::ServerMessage {
+        kind: Some(pb::server_message::Kind::Reply(reply)),
+    }
 }
 
 type SessionStream = Pin<Box<dyn Stream<Item = Result<pb::ServerMessage, Status>> + Send>>;
@@ -114,12 +130,23 @@ type SessionStream = Pin<Box<dyn Stream<Item = Result<pb::ServerMessage, Status>
 impl pb::registry_server::Registry for SessionService {
     type SessionStream = SessionStream;
 
-    async fn session(&self, request: Request<Streaming<pb::ClientMessage>>) -> Result<Response<SessionStream>, Status> {
-        let peer = request.remote_addr().map(|a: SocketAddr| a.to_string()).unwrap_or_default();
+    async fn session(
+        &self,
+        request: Request<Streaming<pb::ClientMessage>>,
+    ) -> Result<Response<SessionStream>, Status> {
+        let peer = request
+            .remote_addr()
+            .map(|a: SocketAddr| a.to_string())
+            .unwrap_or_default();
         let mut inbound = request.into_inner();
-        let first = inbound.message().await?.ok_or_else(|| Status::invalid_argument("empty session stream"))?;
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty session stream"))?;
         let Some(pb::client_message::Kind::Hello(hello)) = first.kind else {
-            return Err(Status::invalid_argument("the first message of a session must be Hello"));
+            return Err(Status::invalid_argument(
+                "the first message of a session must be Hello",
+            ));
         };
         let (tx, rx) = mpsc::channel(OUTBOUND);
         let session = Session::open(self.registry.clone(), peer, hello.client_name, tx);
@@ -138,9 +165,21 @@ struct Session {
 }
 
 impl Session {
-    fn open(registry: Registry, peer: String, client_name: String, tx: mpsc::Sender<pb::ServerMessage>) -> Self {
+    fn open(
+        registry: Registry,
+        peer: String,
+        client_name: String,
+        tx: mpsc::Sender<pb::ServerMessage>,
+    ) -> Self {
         let id = registry.open_session(peer.clone(), client_name.clone());
-        Self { registry, id, peer, client_name, tx, subscriptions: HashMap::new() }
+        Self {
+            registry,
+            id,
+            peer,
+            client_name,
+            tx,
+            subscriptions: HashMap::new(),
+        }
     }
 
     async fn run(mut self, mut inbound: Streaming<pb::ClientMessage>) {
@@ -182,8 +221,13 @@ impl Session {
             Kind::Hello(_) => Err(ApiError::invalid("hello", "sent twice on one session")),
             Kind::Register(r) => self.register(r).await,
             Kind::Deregister(d) => instance_key(d.instance).and_then(|key| {
-                let revision = self.registry.deregister_on_session(&self.id, &service_key(d.service), &key)?;
-                Ok(pb::Reply { revision, ..Default::default() })
+                let revision =
+                    self.registry
+                        .deregister_on_session(&self.id, &service_key(d.service), &key)?;
+                Ok(pb::Reply {
+                    revision,
+                    ..Default::default()
+                })
             }),
             Kind::Subscribe(s) => self.subscribe(service_key(s.service)),
             Kind::Unsubscribe(s) => {
@@ -206,7 +250,11 @@ impl Session {
                     let service = service_key(p.service);
                     let view = self.registry.view(&service);
                     if view.revision == p.known_revision {
-                        Ok(pb::Reply { not_modified: true, revision: view.revision, ..Default::default() })
+                        Ok(pb::Reply {
+                            not_modified: true,
+                            revision: view.revision,
+                            ..Default::default()
+                        })
                     } else {
                         let snapshot = Snapshot { service, view };
                         let _ = self.tx.send(pb_snapshot(&snapshot, rid)).await;
@@ -221,9 +269,19 @@ impl Session {
                 tokio::spawn(async move {
                     let result = async {
                         let key = instance_key(d.instance)?;
-                        let timeout = if d.timeout_ms == 0 { DEFAULT_DRAIN_TIMEOUT } else { Duration::from_millis(d.timeout_ms) };
-                        let report = registry.drain(&service_key(d.service), &key, timeout, d.force).await?;
-                        Ok(pb::Reply { revision: report.revision, drain: Some(pb_drain(report)), ..Default::default() })
+                        let timeout = if d.timeout_ms == 0 {
+                            DEFAULT_DRAIN_TIMEOUT
+                        } else {
+                            Duration::from_millis(d.timeout_ms)
+                        };
+                        let report = registry
+                            .drain(&service_key(d.service), &key, timeout, d.force)
+                            .await?;
+                        Ok(pb::Reply {
+                            revision: report.revision,
+                            drain: Some(pb_drain(report)),
+                            ..Default::default()
+                        })
                     }
                     .await;
                     let _ = tx.send(reply(rid, result)).await;
@@ -241,9 +299,16 @@ impl Session {
         instance.metadata = r.metadata.into_iter().collect();
         let (revision, _) = self
             .registry
-            .register(service_key(r.service), instance, LivenessRequest::Session(self.id.clone()))
+            .register(
+                service_key(r.service),
+                instance,
+                LivenessRequest::Session(self.id.clone()),
+            )
             .await?;
-        Ok(pb::Reply { revision, ..Default::default() })
+        Ok(pb::Reply {
+            revision,
+            ..Default::default()
+        })
     }
 
     fn subscribe(&mut self, service: ServiceKey) -> Result<pb::Reply, ApiError> {

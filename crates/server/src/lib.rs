@@ -48,15 +48,21 @@ pub struct RunningServer {
 pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     let store: Arc<dyn gangway_store::Store> = match &config.data_dir {
         Some(dir) => Arc::new(
-            gangway_store_redb::RedbStore::open(dir).with_context(|| format!("data dir {}", dir.display()))?,
+            gangway_store_redb::RedbStore::open(dir)
+                .with_context(|| format!("data dir {}", dir.display()))?,
         ),
         None => Arc::new(gangway_store::MemoryStore::default()),
     };
-    let http_listener = TcpListener::bind(config.http).await.with_context(|| format!("bind HTTP {}", config.http))?;
-    let grpc_listener = TcpListener::bind(config.grpc).await.with_context(|| format!("bind gRPC {}", config.grpc))?;
+    let http_listener = TcpListener::bind(config.http)
+        .await
+        .with_context(|| format!("bind HTTP {}", config.http))?;
+    let grpc_listener = TcpListener::bind(config.grpc)
+        .await
+        .with_context(|| format!("bind gRPC {}", config.grpc))?;
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);
-    let registry = Registry::start(store, config.clone(), metrics).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let registry =
+        Registry::start(store, config.clone(), metrics).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (stop, stopped) = watch::channel(false);
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
@@ -64,12 +70,15 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     let router = http::router(registry.clone(), prometheus);
     let mut http_stop = stopped.clone();
     let http_task = tokio::spawn(async move {
-        axum::serve(http_listener, router.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.wait_for(|s| *s).await;
-            })
-            .await
-            .context("HTTP server")
+        axum::serve(
+            http_listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        })
+        .await
+        .context("HTTP server")
     });
 
     let live = config.liveness;
@@ -87,7 +96,13 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
             .await
             .context("gRPC server")
     });
-    Ok(RunningServer { http_addr, grpc_addr, registry, stop, tasks: vec![http_task, grpc_task] })
+    Ok(RunningServer {
+        http_addr,
+        grpc_addr,
+        registry,
+        stop,
+        tasks: vec![http_task, grpc_task],
+    })
 }
 
 impl RunningServer {

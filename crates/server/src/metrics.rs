@@ -67,19 +67,59 @@ impl Metrics {
             drain_wait: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
         };
         let r = registry.sub_registry_with_prefix("gangway");
-        r.register("instances", "Instances by service and state", m.instances.clone());
-        r.register("sessions", "Live sessions (gRPC streams)", m.sessions.clone());
-        r.register("sessions_opened", "Sessions opened since start", m.sessions_opened.clone());
-        r.register("leases", "Lease-kept (heartbeat) instances", m.leases.clone());
+        r.register(
+            "instances",
+            "Instances by service and state",
+            m.instances.clone(),
+        );
+        r.register(
+            "sessions",
+            "Live sessions (gRPC streams)",
+            m.sessions.clone(),
+        );
+        r.register(
+            "sessions_opened",
+            "Sessions opened since start",
+            m.sessions_opened.clone(),
+        );
+        r.register(
+            "leases",
+            "Lease-kept (heartbeat) instances",
+            m.leases.clone(),
+        );
         r.register("subscribers", "Live subscribers", m.subscribers.clone());
-        r.register("pushes_sent", "Snapshots pushed, resends included", m.pushes_sent.clone());
-        r.register("pushes_resent", "Unacked snapshots re-sent", m.pushes_resent.clone());
+        r.register(
+            "pushes_sent",
+            "Snapshots pushed, resends included",
+            m.pushes_sent.clone(),
+        );
+        r.register(
+            "pushes_resent",
+            "Unacked snapshots re-sent",
+            m.pushes_resent.clone(),
+        );
         r.register("pushes_acked", "Acks received", m.pushes_acked.clone());
-        r.register("push_to_ack_seconds", "Time from a push to its ack", m.push_to_ack.clone());
+        r.register(
+            "push_to_ack_seconds",
+            "Time from a push to its ack",
+            m.push_to_ack.clone(),
+        );
         r.register("drains_started", "Drains started", m.drains_started.clone());
-        r.register("drains_complete", "Drains that saw every subscriber ack", m.drains_complete.clone());
-        r.register("drains_timed_out", "Drains ended by their timeout", m.drains_timed_out.clone());
-        r.register("drain_wait_seconds", "Time drains waited for acks", m.drain_wait.clone());
+        r.register(
+            "drains_complete",
+            "Drains that saw every subscriber ack",
+            m.drains_complete.clone(),
+        );
+        r.register(
+            "drains_timed_out",
+            "Drains ended by their timeout",
+            m.drains_timed_out.clone(),
+        );
+        r.register(
+            "drain_wait_seconds",
+            "Time drains waited for acks",
+            m.drain_wait.clone(),
+        );
         m
     }
 }
@@ -103,7 +143,13 @@ impl crate::engine::Registry {
                 } else {
                     "serving"
                 };
-                metrics.instances.get_or_create(&InstanceLabels { service: key.to_string(), state: st.into() }).inc();
+                metrics
+                    .instances
+                    .get_or_create(&InstanceLabels {
+                        service: key.to_string(),
+                        state: st.into(),
+                    })
+                    .inc();
                 if matches!(e.liveness, crate::engine::Liveness::Lease(_)) {
                     leases += 1;
                 }

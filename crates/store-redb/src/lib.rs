@@ -25,7 +25,9 @@ pub struct RedbStore {
 
 impl std::fmt::Debug for RedbStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedbStore").field("path", &self.path).finish()
+        f.debug_struct("RedbStore")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -65,7 +67,10 @@ fn instance_key(service: &ServiceKey, key: &InstanceKey) -> String {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(table: &'static str, s: &str) -> Result<T, StoreError> {
-    serde_json::from_str(s).map_err(|e| StoreError::Corrupt { table, message: e.to_string() })
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt {
+        table,
+        message: e.to_string(),
+    })
 }
 
 impl Store for RedbStore {
@@ -80,12 +85,24 @@ impl Store for RedbStore {
         }
         for row in tx.open_table(SERVICES).map_err(io)?.iter().map_err(io)? {
             let (k, v) = row.map_err(io)?;
-            batch.push(Write::PutService(decode("services", k.value())?, decode("services", v.value())?));
+            batch.push(Write::PutService(
+                decode("services", k.value())?,
+                decode("services", v.value())?,
+            ));
         }
-        for row in tx.open_table(OFFLINE_MARKS).map_err(io)?.iter().map_err(io)? {
+        for row in tx
+            .open_table(OFFLINE_MARKS)
+            .map_err(io)?
+            .iter()
+            .map_err(io)?
+        {
             let (k, v) = row.map_err(io)?;
             let (service, key): (ServiceKey, InstanceKey) = decode("offline_marks", k.value())?;
-            batch.push(Write::PutOfflineMark(service, key, decode("offline_marks", v.value())?));
+            batch.push(Write::PutOfflineMark(
+                service,
+                key,
+                decode("offline_marks", v.value())?,
+            ));
         }
         contents.apply(&batch);
         Ok(contents)
@@ -108,13 +125,17 @@ impl Store for RedbStore {
                         instances.remove(instance_key(s, k).as_str()).map_err(io)?;
                     }
                     Write::PutService(s, v) => {
-                        services.insert(json(s).as_str(), json(v).as_str()).map_err(io)?;
+                        services
+                            .insert(json(s).as_str(), json(v).as_str())
+                            .map_err(io)?;
                     }
                     Write::DeleteService(s) => {
                         services.remove(json(s).as_str()).map_err(io)?;
                     }
                     Write::PutOfflineMark(s, k, m) => {
-                        marks.insert(instance_key(s, k).as_str(), json(m).as_str()).map_err(io)?;
+                        marks
+                            .insert(instance_key(s, k).as_str(), json(m).as_str())
+                            .map_err(io)?;
                     }
                     Write::DeleteOfflineMark(s, k) => {
                         marks.remove(instance_key(s, k).as_str()).map_err(io)?;
@@ -146,8 +167,9 @@ mod tests {
     fn contents_survive_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
         let svc = ServiceKey::named("orders");
-        let batch: Vec<Write> =
-            (0..100).map(|n| Write::PutInstance(svc.clone(), gangway_store::conformance::sample(n))).collect();
+        let batch: Vec<Write> = (0..100)
+            .map(|n| Write::PutInstance(svc.clone(), gangway_store::conformance::sample(n)))
+            .collect();
         {
             let store = RedbStore::open(dir.path()).expect("open");
             store.apply(&batch).expect("apply");

@@ -16,11 +16,21 @@ pub fn run<S: Store>(new_store: impl Fn() -> S) {
 
 /// A sample persistent instance `10.0.0.<n>:8080` with metadata and a non-default probe.
 pub fn sample(n: u16) -> StoredInstance {
-    let mut instance = Instance::new(InstanceKey::new(&format!("10.0.{}.{}", n / 256, n % 256), 8080, ""));
+    let mut instance = Instance::new(InstanceKey::new(
+        &format!("10.0.{}.{}", n / 256, n % 256),
+        8080,
+        "",
+    ));
     instance.ephemeral = false;
     instance.weight = 2.5;
     instance.metadata.insert("zone".into(), format!("z{n}"));
-    StoredInstance { instance, probe: ProbeSpec { interval_ms: 500, ..ProbeSpec::default() } }
+    StoredInstance {
+        instance,
+        probe: ProbeSpec {
+            interval_ms: 500,
+            ..ProbeSpec::default()
+        },
+    }
 }
 
 fn empty_store_loads_empty(store: &impl Store) {
@@ -29,8 +39,13 @@ fn empty_store_loads_empty(store: &impl Store) {
 
 fn writes_round_trip(store: &impl Store) {
     let svc = ServiceKey::named("orders");
-    let settings = ServiceSettings { protect_threshold: 0.3, metadata: [("team".into(), "a".into())].into() };
-    let mark = OfflineMark { since_ms: 1_700_000_000_000 };
+    let settings = ServiceSettings {
+        protect_threshold: 0.3,
+        metadata: [("team".into(), "a".into())].into(),
+    };
+    let mark = OfflineMark {
+        since_ms: 1_700_000_000_000,
+    };
     let batch = vec![
         Write::PutInstance(svc.clone(), sample(1)),
         Write::PutInstance(svc.clone(), sample(2)),
@@ -46,7 +61,9 @@ fn writes_round_trip(store: &impl Store) {
 
 fn deletes_remove_and_tolerate_absence(store: &impl Store) {
     let svc = ServiceKey::new("dev", "g", "cart");
-    store.apply(&[Write::PutInstance(svc.clone(), sample(7))]).expect("put");
+    store
+        .apply(&[Write::PutInstance(svc.clone(), sample(7))])
+        .expect("put");
     let key = sample(7).instance.key;
     let batch = [
         Write::DeleteInstance(svc.clone(), key.clone()),

@@ -49,7 +49,10 @@ impl Contents {
         for write in batch {
             match write {
                 Write::PutInstance(s, i) => {
-                    self.instances.entry(s.clone()).or_default().insert(i.instance.key.clone(), i.clone());
+                    self.instances
+                        .entry(s.clone())
+                        .or_default()
+                        .insert(i.instance.key.clone(), i.clone());
                 }
                 Write::DeleteInstance(s, k) => {
                     if let Some(m) = self.instances.get_mut(s) {
@@ -108,11 +111,18 @@ pub struct MemoryStore {
 
 impl Store for MemoryStore {
     fn load(&self) -> Result<Contents, StoreError> {
-        Ok(self.contents.lock().map_err(|e| StoreError::Io(e.to_string()))?.clone())
+        Ok(self
+            .contents
+            .lock()
+            .map_err(|e| StoreError::Io(e.to_string()))?
+            .clone())
     }
 
     fn apply(&self, batch: &[Write]) -> Result<(), StoreError> {
-        self.contents.lock().map_err(|e| StoreError::Io(e.to_string()))?.apply(batch);
+        self.contents
+            .lock()
+            .map_err(|e| StoreError::Io(e.to_string()))?
+            .apply(batch);
         Ok(())
     }
 }

@@ -35,10 +35,26 @@ fn ports_are_1_to_65535() {
 
 #[test]
 fn ips_are_literals_or_host_names() {
-    for ok in ["127.0.0.1", "::1", "fe80::1", "db-1.example.com", "localhost", "a.b."] {
+    for ok in [
+        "127.0.0.1",
+        "::1",
+        "fe80::1",
+        "db-1.example.com",
+        "localhost",
+        "a.b.",
+    ] {
         assert_eq!(ip(ok), Ok(()), "{ok}");
     }
-    for bad in ["", "999.1.1.1", "1.2.3", "-x.com", "a..b", "a b", "x_y.com", &"a".repeat(254)] {
+    for bad in [
+        "",
+        "999.1.1.1",
+        "1.2.3",
+        "-x.com",
+        "a..b",
+        "a b",
+        "x_y.com",
+        &"a".repeat(254),
+    ] {
         assert_eq!(ip(bad).unwrap_err().field, "ip", "{bad:?}");
     }
     let long_label = format!("{}.com", "a".repeat(64));
@@ -52,7 +68,10 @@ fn addresses_parse_with_their_rules() {
     assert_eq!(addr("db.local:5432"), Ok(("db.local".into(), 5432)));
     assert_eq!(addr("10.0.0.1").unwrap_err().field, "addr");
     assert_eq!(addr("::1:80").unwrap_err().field, "addr");
-    assert_eq!(addr("10.0.0.1:0").unwrap_err().message, "must be 1-65535, got 0");
+    assert_eq!(
+        addr("10.0.0.1:0").unwrap_err().message,
+        "must be 1-65535, got 0"
+    );
     assert_eq!(addr("10.0.0.1:x").unwrap_err().field, "port");
     assert_eq!(addr("bad host:80").unwrap_err().field, "ip");
 }
@@ -71,12 +90,18 @@ fn metadata_is_bounded() {
     let mut m: BTreeMap<String, String> = (0..64).map(|i| (format!("k{i}"), "v".into())).collect();
     assert_eq!(metadata(&m), Ok(()));
     m.insert("one-too-many".into(), "v".into());
-    assert_eq!(metadata(&m).unwrap_err().message, "must have at most 64 keys, got 65");
+    assert_eq!(
+        metadata(&m).unwrap_err().message,
+        "must have at most 64 keys, got 65"
+    );
 
     let big: BTreeMap<String, String> = [("k".to_string(), "v".repeat(16 * 1024))].into();
     assert!(metadata(&big).unwrap_err().message.contains("16384 bytes"));
     let empty_key: BTreeMap<String, String> = [(String::new(), "v".to_string())].into();
-    assert_eq!(metadata(&empty_key).unwrap_err().message, "keys must not be empty");
+    assert_eq!(
+        metadata(&empty_key).unwrap_err().message,
+        "keys must not be empty"
+    );
 }
 
 #[test]

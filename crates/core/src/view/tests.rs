@@ -17,10 +17,18 @@ fn five_with_four_down() -> Vec<Instance> {
 fn protect_threshold_table_of_design_section_2() {
     let all = five_with_four_down();
     // (threshold, view size, triggered): healthy/total = 1/5 = 0.2.
-    for (threshold, size, triggered) in [(0.0, 1, false), (0.1, 1, false), (0.2, 5, true), (0.5, 5, true)] {
+    for (threshold, size, triggered) in [
+        (0.0, 1, false),
+        (0.1, 1, false),
+        (0.2, 5, true),
+        (0.5, 5, true),
+    ] {
         let view = View::build(3, &all, threshold);
         assert_eq!(view.instances.len(), size, "threshold {threshold}");
-        assert_eq!(view.protection_triggered, triggered, "threshold {threshold}");
+        assert_eq!(
+            view.protection_triggered, triggered,
+            "threshold {threshold}"
+        );
         assert_eq!(view.revision, 3);
         // Real health flags are kept, never rewritten to healthy.
         assert_eq!(view.instances.iter().filter(|i| i.healthy).count(), 1);

@@ -21,7 +21,10 @@ impl Registry {
             tokio::spawn(async move {
                 tokio::time::sleep(warmup).await;
                 registry.inner.warm.send_replace(true);
-                tracing::info!(warmup_ms = warmup.as_millis() as u64, "warm-up over: pushing snapshots");
+                tracing::info!(
+                    warmup_ms = warmup.as_millis() as u64,
+                    "warm-up over: pushing snapshots"
+                );
             });
         }
         let weak = std::sync::Arc::downgrade(&self.inner);
@@ -106,7 +109,10 @@ impl Registry {
             return;
         }
         let _durable = self.inner.durable.lock().await;
-        let batch = stale.iter().map(|(s, k)| Write::DeleteOfflineMark(s.clone(), k.clone())).collect();
+        let batch = stale
+            .iter()
+            .map(|(s, k)| Write::DeleteOfflineMark(s.clone(), k.clone()))
+            .collect();
         if let Err(e) = self.write(batch).await {
             tracing::warn!(error = %e, "could not drop expired offline marks");
             return;
@@ -114,7 +120,11 @@ impl Registry {
         let mut state = self.lock();
         for key in stale {
             // Only if still gone: a re-registration meanwhile keeps the mark.
-            if state.marks.get(&key).is_some_and(|m| m.gone_since.is_some()) {
+            if state
+                .marks
+                .get(&key)
+                .is_some_and(|m| m.gone_since.is_some())
+            {
                 state.marks.remove(&key);
             }
         }

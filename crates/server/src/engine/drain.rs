@@ -80,7 +80,9 @@ impl Registry {
         }
         let mut notes = Vec::new();
         if progress.acked.is_empty() && progress.laggards.is_empty() {
-            notes.push(format!("{service} has no live subscriber: nothing to wait for"));
+            notes.push(format!(
+                "{service} has no live subscriber: nothing to wait for"
+            ));
         }
         if !complete {
             notes.push(format!(

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gangway_core::model::{
-    Instance, InstanceKey, Kind, OfflineMark, ProbeSpec, ServiceKey, ServiceSettings, StoredInstance,
+    Instance, InstanceKey, Kind, OfflineMark, ProbeSpec, ServiceKey, ServiceSettings,
+    StoredInstance,
 };
 use gangway_core::{View, validate};
 use gangway_store::{Store, Write};
@@ -141,13 +142,25 @@ pub(crate) struct ServiceEntry {
 impl ServiceEntry {
     fn new(key: &ServiceKey) -> Self {
         let view = View::build(0, [], 0.0);
-        let (tx, _) = watch::channel(Arc::new(Snapshot { service: key.clone(), view }));
-        Self { settings: ServiceSettings::default(), instances: BTreeMap::new(), revision: 0, tx }
+        let (tx, _) = watch::channel(Arc::new(Snapshot {
+            service: key.clone(),
+            view,
+        }));
+        Self {
+            settings: ServiceSettings::default(),
+            instances: BTreeMap::new(),
+            revision: 0,
+            tx,
+        }
     }
 
     pub(crate) fn kind(&self) -> Option<Kind> {
         self.instances.values().next().map(|e| {
-            if e.instance.ephemeral { Kind::Ephemeral } else { Kind::Persistent }
+            if e.instance.ephemeral {
+                Kind::Ephemeral
+            } else {
+                Kind::Persistent
+            }
         })
     }
 
@@ -185,7 +198,9 @@ pub(crate) struct State {
 
 impl State {
     fn service(&mut self, key: &ServiceKey) -> &mut ServiceEntry {
-        self.services.entry(key.clone()).or_insert_with(|| ServiceEntry::new(key))
+        self.services
+            .entry(key.clone())
+            .or_insert_with(|| ServiceEntry::new(key))
     }
 
     /// Bumps the service's revision and publishes its new snapshot. Returns the revision.
@@ -194,7 +209,10 @@ impl State {
         let revision = self.revision;
         let entry = self.service(key);
         entry.revision = revision;
-        let snapshot = Arc::new(Snapshot { service: key.clone(), view: entry.view() });
+        let snapshot = Arc::new(Snapshot {
+            service: key.clone(),
+            view: entry.view(),
+        });
         entry.tx.send_replace(snapshot);
         revision
     }
@@ -202,7 +220,7 @@ impl State {
     fn check_kind(&self, key: &ServiceKey, kind: Kind) -> Result<(), ApiError> {
         match self.services.get(key).and_then(ServiceEntry::kind) {
             Some(existing) if existing != kind => Err(ApiError::conflict(format!(
-                "service {key} is {existing}; cannot register a {kind} instance in it"
+                "service {key} is {existing}; cannot register an instance of the other kind ({kind}) in it"
             ))),
             _ => Ok(()),
         }
@@ -215,7 +233,11 @@ impl State {
             .ok_or_else(|| ApiError::not_found(format!("no instance {instance} in service {key}")))
     }
 
-    fn entry_mut(&mut self, key: &ServiceKey, instance: &InstanceKey) -> Result<&mut Entry, ApiError> {
+    fn entry_mut(
+        &mut self,
+        key: &ServiceKey,
+        instance: &InstanceKey,
+    ) -> Result<&mut Entry, ApiError> {
         self.services
             .get_mut(key)
             .and_then(|s| s.instances.get_mut(instance))
@@ -237,7 +259,9 @@ impl State {
             mark.gone_since = None;
         }
         let entry = Entry { instance, liveness };
-        self.service(key).instances.insert(entry.instance.key.clone(), entry);
+        self.service(key)
+            .instances
+            .insert(entry.instance.key.clone(), entry);
         self.publish(key)
     }
 }
@@ -263,25 +287,59 @@ pub struct Registry {
     pub(crate) inner: Arc<Inner>,
 }
 
+fn summary(state: &State, key: &ServiceKey, s: &ServiceEntry) -> ServiceSummary {
+    ServiceSummary {
+        key: key.clone(),
+        kind: s.kind(),
+        revision: s.revision,
+        instances: s.instances.len(),
+        serving: s.view().instances.len(),
+        subscribers: state
+            .subscribers
+            .values()
+            .filter(|sub| &sub.service == key)
+            .count(),
+        settings: s.settings.clone(),
+    }
+}
+
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Registry {
     /// Loads durable state from `store`, starts probes for persistent instances, the lease,
     /// mark and poller checker, and the warm-up timer. Must run inside a tokio runtime.
-    pub fn start(store: Arc<dyn Store>, config: Config, metrics: Metrics) -> Result<Self, ApiError> {
+    pub fn start(
+        store: Arc<dyn Store>,
+        config: Config,
+        metrics: Metrics,
+    ) -> Result<Self, ApiError> {
         let contents = store.load()?;
-        let boot_micros =
-            SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
-        let mut state = State { revision: boot_micros, ..State::default() };
+        let boot_micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(1);
+        let mut state = State {
+            revision: boot_micros,
+            ..State::default()
+        };
         for (key, settings) in &contents.services {
             state.service(key).settings = settings.clone();
         }
         let now = Instant::now();
         for ((svc, key), mark) in &contents.offline_marks {
             // Absent until a registration says otherwise; the expiry clock starts now.
-            state.marks.insert((svc.clone(), key.clone()), MarkEntry { mark: mark.clone(), gone_since: Some(now) });
+            state.marks.insert(
+                (svc.clone(), key.clone()),
+                MarkEntry {
+                    mark: mark.clone(),
+                    gone_since: Some(now),
+                },
+            );
         }
         let mut persistent = Vec::new();
         for (svc, instances) in &contents.instances {
@@ -289,7 +347,11 @@ impl Registry {
                 let mut instance = stored.instance.clone();
                 instance.healthy = true;
                 state.insert(svc, instance, Liveness::Probe(stored.probe.clone()));
-                persistent.push((svc.clone(), stored.instance.key.clone(), stored.probe.clone()));
+                persistent.push((
+                    svc.clone(),
+                    stored.instance.key.clone(),
+                    stored.probe.clone(),
+                ));
             }
         }
         let warm = config.warmup.is_zero();
@@ -315,11 +377,17 @@ impl Registry {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn next_id(&self, prefix: &str) -> String {
-        format!("{prefix}{}", self.inner.next_id.fetch_add(1, Ordering::Relaxed))
+        format!(
+            "{prefix}{}",
+            self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     /// Changes on every start (hex of the boot time in µs).
@@ -366,7 +434,11 @@ impl Registry {
         validate::weight(instance.weight)?;
         validate::metadata(&instance.metadata)?;
         let liveness = self.bind_liveness(liveness)?;
-        let kind = if matches!(liveness, Liveness::Probe(_)) { Kind::Persistent } else { Kind::Ephemeral };
+        let kind = if matches!(liveness, Liveness::Probe(_)) {
+            Kind::Persistent
+        } else {
+            Kind::Ephemeral
+        };
         let mut instance = instance;
         instance.ephemeral = kind == Kind::Ephemeral;
         instance.healthy = true;
@@ -375,12 +447,19 @@ impl Registry {
             {
                 let state = self.lock();
                 state.check_kind(&service, kind)?;
-                if state.marks.contains_key(&(service.clone(), instance.key.clone())) {
+                if state
+                    .marks
+                    .contains_key(&(service.clone(), instance.key.clone()))
+                {
                     instance.enabled = false;
                 }
             }
-            let stored = StoredInstance { instance: instance.clone(), probe: probe.clone() };
-            self.write(vec![Write::PutInstance(service.clone(), stored)]).await?;
+            let stored = StoredInstance {
+                instance: instance.clone(),
+                probe: probe.clone(),
+            };
+            self.write(vec![Write::PutInstance(service.clone(), stored)])
+                .await?;
             let revision = {
                 let mut state = self.lock();
                 state.insert(&service, instance.clone(), liveness.clone())
@@ -404,11 +483,18 @@ impl Registry {
     fn bind_liveness(&self, request: LivenessRequest) -> Result<Liveness, ApiError> {
         Ok(match request {
             LivenessRequest::Session(id) => Liveness::Session(id),
-            LivenessRequest::Lease { ttl, delete_timeout } => {
+            LivenessRequest::Lease {
+                ttl,
+                delete_timeout,
+            } => {
                 let ttl = ttl.unwrap_or(self.inner.config.liveness.lease_ttl);
-                let delete_timeout = delete_timeout.unwrap_or(self.inner.config.liveness.lease_delete_timeout);
+                let delete_timeout =
+                    delete_timeout.unwrap_or(self.inner.config.liveness.lease_delete_timeout);
                 if ttl < Duration::from_millis(100) {
-                    return Err(ApiError::invalid("ttl_ms", format!("must be at least 100, got {}", ttl.as_millis())));
+                    return Err(ApiError::invalid(
+                        "ttl_ms",
+                        format!("must be at least 100, got {}", ttl.as_millis()),
+                    ));
                 }
                 if delete_timeout < ttl {
                     return Err(ApiError::invalid(
@@ -420,7 +506,11 @@ impl Registry {
                         ),
                     ));
                 }
-                Liveness::Lease(Lease { last_heartbeat: Instant::now(), ttl, delete_timeout })
+                Liveness::Lease(Lease {
+                    last_heartbeat: Instant::now(),
+                    ttl,
+                    delete_timeout,
+                })
             }
             LivenessRequest::Probe(spec) => {
                 if spec.interval_ms < 100 || spec.interval_ms > 3_600_000 {
@@ -433,7 +523,10 @@ impl Registry {
                     return Err(ApiError::invalid("probe", "fall and rise must be 1-100"));
                 }
                 if !spec.path.starts_with('/') {
-                    return Err(ApiError::invalid("probe.path", format!("must start with '/', got {:?}", spec.path)));
+                    return Err(ApiError::invalid(
+                        "probe.path",
+                        format!("must start with '/', got {:?}", spec.path),
+                    ));
                 }
                 Liveness::Probe(spec)
             }
@@ -446,25 +539,41 @@ impl Registry {
     }
 
     /// Deletes an instance (and its durable record if persistent). Errors: 404.
-    pub async fn deregister(&self, service: &ServiceKey, key: &InstanceKey) -> Result<u64, ApiError> {
+    pub async fn deregister(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+    ) -> Result<u64, ApiError> {
         let persistent = !self.lock().entry(service, key)?.instance.ephemeral;
         if persistent {
             let _durable = self.inner.durable.lock().await;
             self.lock().entry(service, key)?;
-            self.write(vec![Write::DeleteInstance(service.clone(), key.clone())]).await?;
+            self.write(vec![Write::DeleteInstance(service.clone(), key.clone())])
+                .await?;
             self.stop_probe(service, key);
         }
         let mut state = self.lock();
-        state.remove(service, key).ok_or_else(|| ApiError::not_found(format!("no instance {key} in service {service}")))?;
+        state.remove(service, key).ok_or_else(|| {
+            ApiError::not_found(format!("no instance {key} in service {service}"))
+        })?;
         Ok(state.publish(service))
     }
 
     /// Removes an instance if `session` still owns it (a session's own deregister).
-    pub fn deregister_on_session(&self, session: &str, service: &ServiceKey, key: &InstanceKey) -> Result<u64, ApiError> {
+    pub fn deregister_on_session(
+        &self,
+        session: &str,
+        service: &ServiceKey,
+        key: &InstanceKey,
+    ) -> Result<u64, ApiError> {
         let mut state = self.lock();
         match &state.entry(service, key)?.liveness {
             Liveness::Session(owner) if owner == session => {}
-            _ => return Err(ApiError::conflict(format!("instance {key} of {service} is not registered on this session"))),
+            _ => {
+                return Err(ApiError::conflict(format!(
+                    "instance {key} of {service} is not registered on this session"
+                )));
+            }
         }
         state.remove(service, key);
         Ok(state.publish(service))
@@ -472,7 +581,12 @@ impl Registry {
 
     /// Changes weight, metadata and/or enabled (the latter with its durable offline mark).
     /// Validates everything first; errors: 400, 404. Returns the new revision and instance.
-    pub async fn update(&self, service: &ServiceKey, key: &InstanceKey, patch: Patch) -> Result<(u64, Instance), ApiError> {
+    pub async fn update(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        patch: Patch,
+    ) -> Result<(u64, Instance), ApiError> {
         if let Some(w) = patch.weight {
             validate::weight(w)?;
         }
@@ -500,14 +614,22 @@ impl Registry {
                         key.clone(),
                         OfflineMark { since_ms: now_ms() },
                     )),
-                    (true, true) => batch.push(Write::DeleteOfflineMark(service.clone(), key.clone())),
+                    (true, true) => {
+                        batch.push(Write::DeleteOfflineMark(service.clone(), key.clone()))
+                    }
                     _ => {}
                 }
             }
             if let Liveness::Probe(probe) = &entry.liveness {
                 let mut stored = instance.clone();
                 stored.healthy = true;
-                batch.push(Write::PutInstance(service.clone(), StoredInstance { instance: stored, probe: probe.clone() }));
+                batch.push(Write::PutInstance(
+                    service.clone(),
+                    StoredInstance {
+                        instance: stored,
+                        probe: probe.clone(),
+                    },
+                ));
             }
             instance
         };
@@ -517,10 +639,13 @@ impl Registry {
         let mut state = self.lock();
         match patch.enabled {
             Some(false) => {
-                state.marks.entry((service.clone(), key.clone())).or_insert(MarkEntry {
-                    mark: OfflineMark { since_ms: now_ms() },
-                    gone_since: None,
-                });
+                state
+                    .marks
+                    .entry((service.clone(), key.clone()))
+                    .or_insert(MarkEntry {
+                        mark: OfflineMark { since_ms: now_ms() },
+                        gone_since: None,
+                    });
             }
             Some(true) => {
                 state.marks.remove(&(service.clone(), key.clone()));
@@ -536,8 +661,21 @@ impl Registry {
     }
 
     /// Sets an instance offline (`enabled=false`) or online, durably. Errors: 404.
-    pub async fn set_enabled(&self, service: &ServiceKey, key: &InstanceKey, enabled: bool) -> Result<(u64, Instance), ApiError> {
-        self.update(service, key, Patch { enabled: Some(enabled), ..Patch::default() }).await
+    pub async fn set_enabled(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        enabled: bool,
+    ) -> Result<(u64, Instance), ApiError> {
+        self.update(
+            service,
+            key,
+            Patch {
+                enabled: Some(enabled),
+                ..Patch::default()
+            },
+        )
+        .await
     }
 
     /// Renews a lease. Errors: 404 unknown instance (the client should re-register),
@@ -581,12 +719,17 @@ impl Registry {
     }
 
     /// Replaces a service's settings, durably. Errors: 400.
-    pub async fn put_settings(&self, service: &ServiceKey, settings: ServiceSettings) -> Result<u64, ApiError> {
+    pub async fn put_settings(
+        &self,
+        service: &ServiceKey,
+        settings: ServiceSettings,
+    ) -> Result<u64, ApiError> {
         validate::service_key(service)?;
         validate::protect_threshold(settings.protect_threshold)?;
         validate::metadata(&settings.metadata)?;
         let _durable = self.inner.durable.lock().await;
-        self.write(vec![Write::PutService(service.clone(), settings.clone())]).await?;
+        self.write(vec![Write::PutService(service.clone(), settings.clone())])
+            .await?;
         let mut state = self.lock();
         state.service(service).settings = settings;
         Ok(state.publish(service))
@@ -594,7 +737,11 @@ impl Registry {
 
     /// The consumer view of a service (revision 0 and empty if unknown).
     pub fn view(&self, service: &ServiceKey) -> View {
-        self.lock().services.get(service).map(ServiceEntry::view).unwrap_or_else(|| View::build(0, [], 0.0))
+        self.lock()
+            .services
+            .get(service)
+            .map(ServiceEntry::view)
+            .unwrap_or_else(|| View::build(0, [], 0.0))
     }
 
     /// Every instance of a service with its liveness, and the revision.
@@ -609,43 +756,37 @@ impl Registry {
     /// Services with instances, settings or subscribers, filtered by namespace/group if given.
     pub fn services(&self, namespace: Option<&str>, group: Option<&str>) -> Vec<ServiceSummary> {
         let state = self.lock();
-        let mut subscribers: HashMap<&ServiceKey, usize> = HashMap::new();
-        for s in state.subscribers.values() {
-            *subscribers.entry(&s.service).or_default() += 1;
-        }
         let mut out: Vec<ServiceSummary> = state
             .services
             .iter()
-            .filter(|(k, _)| namespace.is_none_or(|n| k.namespace == n) && group.is_none_or(|g| k.group == g))
-            .filter(|(k, s)| {
-                !s.instances.is_empty() || s.settings != ServiceSettings::default() || subscribers.contains_key(k)
+            .filter(|(k, _)| {
+                namespace.is_none_or(|n| k.namespace == n) && group.is_none_or(|g| k.group == g)
             })
-            .map(|(k, s)| ServiceSummary {
-                key: k.clone(),
-                kind: s.kind(),
-                revision: s.revision,
-                instances: s.instances.len(),
-                serving: s.view().instances.len(),
-                subscribers: subscribers.get(k).copied().unwrap_or(0),
-                settings: s.settings.clone(),
+            .map(|(k, s)| summary(&state, k, s))
+            .filter(|s| {
+                s.instances > 0 || s.settings != ServiceSettings::default() || s.subscribers > 0
             })
             .collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
     }
 
-    /// One service's summary. Errors: 404.
+    /// One service's summary, whatever it holds. Errors: 404 if the registry knows nothing of it.
     pub fn service(&self, service: &ServiceKey) -> Result<ServiceSummary, ApiError> {
-        self.services(Some(&service.namespace), Some(&service.group))
-            .into_iter()
-            .find(|s| &s.key == service)
+        let state = self.lock();
+        state
+            .services
+            .get(service)
+            .map(|s| summary(&state, service, s))
             .ok_or_else(|| ApiError::not_found(format!("no service {service}")))
     }
 
     /// Opens a session for a connected peer. Returns its id (`s<N>`).
     pub fn open_session(&self, peer: String, client_name: String) -> String {
         let id = self.next_id("s");
-        self.lock().sessions.insert(id.clone(), SessionEntry { peer, client_name });
+        self.lock()
+            .sessions
+            .insert(id.clone(), SessionEntry { peer, client_name });
         self.inner.metrics.sessions_opened.inc();
         id
     }
@@ -675,7 +816,9 @@ impl Registry {
             state.publish(svc);
         }
         let before = state.subscribers.len();
-        state.subscribers.retain(|_, s| s.session.as_deref() != Some(id));
+        state
+            .subscribers
+            .retain(|_, s| s.session.as_deref() != Some(id));
         let left = before != state.subscribers.len();
         drop(state);
         if left {

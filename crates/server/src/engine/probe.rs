@@ -32,7 +32,9 @@ impl Registry {
                     fails += 1;
                     passes = 0;
                 }
-                let Ok(current) = registry.instance(&service, &key) else { break };
+                let Ok(current) = registry.instance(&service, &key) else {
+                    break;
+                };
                 if current.healthy && fails >= spec.fall {
                     tracing::info!(%service, instance = %key, "probe: unhealthy");
                     registry.set_health(&service, &key, false);
@@ -60,11 +62,20 @@ async fn probe(key: &InstanceKey, spec: &ProbeSpec, timeout: Duration) -> bool {
     let addr = key.addr();
     match spec.kind {
         ProbeKind::Tcp => {
-            matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await, Ok(Ok(_)))
+            matches!(
+                tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await,
+                Ok(Ok(_))
+            )
         }
         ProbeKind::Http => {
-            let Ok(client) = reqwest::Client::builder().timeout(timeout).build() else { return false };
-            match client.get(format!("http://{addr}{}", spec.path)).send().await {
+            let Ok(client) = reqwest::Client::builder().timeout(timeout).build() else {
+                return false;
+            };
+            match client
+                .get(format!("http://{addr}{}", spec.path))
+                .send()
+                .await
+            {
                 Ok(r) => r.status().is_success() || r.status().is_redirection(),
                 Err(_) => false,
             }

@@ -70,7 +70,10 @@ pub struct SubscriberRow {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Registry {
@@ -116,7 +119,9 @@ impl Registry {
     /// Records that `id` applied `revision` (older acks are ignored).
     pub fn ack(&self, id: &str, revision: u64) {
         let mut state = self.lock();
-        let Some(sub) = state.subscribers.get_mut(id) else { return };
+        let Some(sub) = state.subscribers.get_mut(id) else {
+            return;
+        };
         sub.last_seen = Instant::now();
         if revision <= sub.acked_revision {
             return;
@@ -125,7 +130,10 @@ impl Registry {
         sub.acked_at_ms = Some(unix_ms());
         if revision == sub.pushed_revision {
             if let Some(at) = sub.pushed_at {
-                self.inner.metrics.push_to_ack.observe(at.elapsed().as_secs_f64());
+                self.inner
+                    .metrics
+                    .push_to_ack
+                    .observe(at.elapsed().as_secs_f64());
             }
         }
         drop(state);
@@ -144,33 +152,44 @@ impl Registry {
     }
 
     fn acked_below(&self, id: &str, revision: u64) -> Option<bool> {
-        self.lock().subscribers.get(id).map(|s| s.acked_revision < revision)
+        self.lock()
+            .subscribers
+            .get(id)
+            .map(|s| s.acked_revision < revision)
     }
 
     /// An HTTP poll by a named poller: registers or refreshes it and counts the returned
     /// revision as acked (DESIGN §4: pollers ack what they fetched).
-    pub fn poll(&self, service: &ServiceKey, poller: &str, address: String) -> Result<gangway_core::View, ApiError> {
+    pub fn poll(
+        &self,
+        service: &ServiceKey,
+        poller: &str,
+        address: String,
+    ) -> Result<gangway_core::View, ApiError> {
         gangway_core::validate::name("subscriber", poller)?;
         let id = format!("p-{poller}");
         let view = self.view(service);
         {
             let mut state = self.lock();
             let now = Instant::now();
-            let sub = state.subscribers.entry(id.clone()).or_insert_with(|| Subscriber {
-                service: service.clone(),
-                info: SubscriberInfo {
-                    kind: SubscriberKind::Poller,
-                    address: address.clone(),
-                    client_name: poller.to_owned(),
+            let sub = state
+                .subscribers
+                .entry(id.clone())
+                .or_insert_with(|| Subscriber {
+                    service: service.clone(),
+                    info: SubscriberInfo {
+                        kind: SubscriberKind::Poller,
+                        address: address.clone(),
+                        client_name: poller.to_owned(),
+                        session: None,
+                    },
                     session: None,
-                },
-                session: None,
-                acked_revision: 0,
-                acked_at_ms: None,
-                pushed_revision: 0,
-                pushed_at: None,
-                last_seen: now,
-            });
+                    acked_revision: 0,
+                    acked_at_ms: None,
+                    pushed_revision: 0,
+                    pushed_at: None,
+                    last_seen: now,
+                });
             sub.last_seen = now;
             sub.info.address = address;
             sub.pushed_revision = view.revision;
@@ -203,7 +222,11 @@ impl Registry {
     pub(crate) fn subscriber_acks(&self, service: &ServiceKey) -> Vec<SubscriberAck> {
         self.subscribers(service)
             .into_iter()
-            .map(|r| SubscriberAck { id: r.id, address: r.address, acked_revision: r.acked_revision })
+            .map(|r| SubscriberAck {
+                id: r.id,
+                address: r.address,
+                acked_revision: r.acked_revision,
+            })
             .collect()
     }
 

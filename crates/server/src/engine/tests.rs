@@ -26,7 +26,10 @@ fn inst(n: u8) -> Instance {
 }
 
 fn lease() -> LivenessRequest {
-    LivenessRequest::Lease { ttl: None, delete_timeout: None }
+    LivenessRequest::Lease {
+        ttl: None,
+        delete_timeout: None,
+    }
 }
 
 fn listing(r: &Registry) -> Vec<(ServiceKey, Vec<Instance>)> {
@@ -74,7 +77,14 @@ async fn rejected_requests_change_nothing() {
         assert_eq!(err.status(), 400);
     }
     let err = r
-        .register(svc(), inst(6), LivenessRequest::Lease { ttl: Some(Duration::from_secs(10)), delete_timeout: Some(Duration::from_secs(5)) })
+        .register(
+            svc(),
+            inst(6),
+            LivenessRequest::Lease {
+                ttl: Some(Duration::from_secs(10)),
+                delete_timeout: Some(Duration::from_secs(5)),
+            },
+        )
         .await
         .unwrap_err();
     assert_eq!(err.field(), Some("delete_timeout_ms"));
@@ -85,11 +95,14 @@ async fn rejected_requests_change_nothing() {
 async fn mixing_kinds_is_refused_with_409() {
     let r = registry();
     r.register(svc(), inst(1), lease()).await.unwrap();
-    let err = r.register(svc(), inst(2), LivenessRequest::Probe(ProbeSpec::default())).await.unwrap_err();
+    let err = r
+        .register(svc(), inst(2), LivenessRequest::Probe(ProbeSpec::default()))
+        .await
+        .unwrap_err();
     assert_eq!(err.status(), 409);
     assert_eq!(
         err.to_string(),
-        "service public/DEFAULT_GROUP/orders is ephemeral; cannot register a persistent instance in it"
+        "service public/DEFAULT_GROUP/orders is ephemeral; cannot register an instance of the other kind (persistent) in it"
     );
     assert_eq!(r.entries(&svc()).1.len(), 1);
 }
@@ -99,28 +112,44 @@ async fn offline_mark_survives_reregistration_and_restart() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
     let r = registry_with(store.clone(), Config::for_tests());
     let session = r.open_session("127.0.0.1:1".into(), "t".into());
-    r.register(svc(), inst(1), LivenessRequest::Session(session.clone())).await.unwrap();
-    r.register(svc(), inst(2), LivenessRequest::Session(session.clone())).await.unwrap();
+    r.register(svc(), inst(1), LivenessRequest::Session(session.clone()))
+        .await
+        .unwrap();
+    r.register(svc(), inst(2), LivenessRequest::Session(session.clone()))
+        .await
+        .unwrap();
     r.set_enabled(&svc(), &inst(1).key, false).await.unwrap();
     assert!(!r.view(&svc()).contains(&inst(1).key));
     // The session reconnects: its instances go, then come back re-registered.
     r.close_session(&session);
     assert!(r.entries(&svc()).1.is_empty());
     let again = r.open_session("127.0.0.1:2".into(), "t".into());
-    let (_, back) = r.register(svc(), inst(1), LivenessRequest::Session(again)).await.unwrap();
+    let (_, back) = r
+        .register(svc(), inst(1), LivenessRequest::Session(again))
+        .await
+        .unwrap();
     assert!(!back.enabled, "offline mark must survive a reconnect");
     // A restart on the same store keeps the mark too.
     let restarted = registry_with(store, Config::for_tests());
     let s = restarted.open_session("127.0.0.1:3".into(), "t".into());
-    let (_, back) = restarted.register(svc(), inst(1), LivenessRequest::Session(s)).await.unwrap();
+    let (_, back) = restarted
+        .register(svc(), inst(1), LivenessRequest::Session(s))
+        .await
+        .unwrap();
     assert!(!back.enabled, "offline mark must survive a restart");
-    restarted.set_enabled(&svc(), &inst(1).key, true).await.unwrap();
+    restarted
+        .set_enabled(&svc(), &inst(1).key, true)
+        .await
+        .unwrap();
     assert!(restarted.view(&svc()).contains(&inst(1).key));
 }
 
 #[tokio::test(start_paused = true)]
 async fn offline_mark_expires_after_the_instance_is_gone_long_enough() {
-    let config = Config { offline_mark_expiry: Duration::from_secs(60), ..Config::for_tests() };
+    let config = Config {
+        offline_mark_expiry: Duration::from_secs(60),
+        ..Config::for_tests()
+    };
     let r = registry_with(Arc::new(MemoryStore::default()), config);
     r.register(svc(), inst(1), lease()).await.unwrap();
     r.set_enabled(&svc(), &inst(1).key, false).await.unwrap();
@@ -137,16 +166,28 @@ async fn offline_mark_expires_after_the_instance_is_gone_long_enough() {
 #[tokio::test(start_paused = true)]
 async fn leases_go_unhealthy_after_ttl_and_away_after_delete_timeout() {
     let r = registry();
-    let ttl = LivenessRequest::Lease { ttl: Some(Duration::from_secs(2)), delete_timeout: Some(Duration::from_secs(4)) };
+    let ttl = LivenessRequest::Lease {
+        ttl: Some(Duration::from_secs(2)),
+        delete_timeout: Some(Duration::from_secs(4)),
+    };
     r.register(svc(), inst(1), ttl).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     r.heartbeat(&svc(), &inst(1).key).unwrap();
     tokio::time::sleep(Duration::from_millis(1900)).await;
-    assert!(r.instance(&svc(), &inst(1).key).unwrap().healthy, "heartbeat renewed the lease");
+    assert!(
+        r.instance(&svc(), &inst(1).key).unwrap().healthy,
+        "heartbeat renewed the lease"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!r.instance(&svc(), &inst(1).key).unwrap().healthy, "TTL passed");
+    assert!(
+        !r.instance(&svc(), &inst(1).key).unwrap().healthy,
+        "TTL passed"
+    );
     r.heartbeat(&svc(), &inst(1).key).unwrap();
-    assert!(r.instance(&svc(), &inst(1).key).unwrap().healthy, "heartbeat heals");
+    assert!(
+        r.instance(&svc(), &inst(1).key).unwrap().healthy,
+        "heartbeat heals"
+    );
     tokio::time::sleep(Duration::from_millis(4500)).await;
     assert_eq!(r.instance(&svc(), &inst(1).key).unwrap_err().status(), 404);
     assert_eq!(r.heartbeat(&svc(), &inst(1).key).unwrap_err().status(), 404);
@@ -157,12 +198,24 @@ async fn closing_a_session_removes_its_instances_at_once() {
     let r = registry();
     let a = r.open_session("127.0.0.1:1".into(), "a".into());
     let b = r.open_session("127.0.0.1:2".into(), "b".into());
-    r.register(svc(), inst(1), LivenessRequest::Session(a.clone())).await.unwrap();
-    r.register(svc(), inst(2), LivenessRequest::Session(b)).await.unwrap();
+    r.register(svc(), inst(1), LivenessRequest::Session(a.clone()))
+        .await
+        .unwrap();
+    r.register(svc(), inst(2), LivenessRequest::Session(b))
+        .await
+        .unwrap();
     r.close_session(&a);
-    let left: Vec<_> = r.view(&svc()).instances.into_iter().map(|i| i.key).collect();
+    let left: Vec<_> = r
+        .view(&svc())
+        .instances
+        .into_iter()
+        .map(|i| i.key)
+        .collect();
     assert_eq!(left, vec![inst(2).key]);
-    let err = r.register(svc(), inst(3), LivenessRequest::Session(a)).await.unwrap_err();
+    let err = r
+        .register(svc(), inst(3), LivenessRequest::Session(a))
+        .await
+        .unwrap_err();
     assert_eq!(err.status(), 404);
 }
 
@@ -172,7 +225,9 @@ async fn persistent_instances_are_stored_and_reloaded() {
     let r = registry_with(store.clone(), Config::for_tests());
     let mut i = inst(1);
     i.weight = 3.0;
-    r.register(svc(), i, LivenessRequest::Probe(ProbeSpec::default())).await.unwrap();
+    r.register(svc(), i, LivenessRequest::Probe(ProbeSpec::default()))
+        .await
+        .unwrap();
     let stored = store.load().unwrap();
     assert_eq!(stored.instances[&svc()].len(), 1);
     let restarted = registry_with(store.clone(), Config::for_tests());
@@ -197,7 +252,10 @@ async fn drain_waits_for_every_subscriber_ack() {
     let (b, _rx_b) = r.subscribe(&svc(), info("2")).unwrap();
     let drain = tokio::spawn({
         let r = r.clone();
-        async move { r.drain(&svc(), &inst(1).key, Duration::from_secs(10), false).await }
+        async move {
+            r.drain(&svc(), &inst(1).key, Duration::from_secs(10), false)
+                .await
+        }
     });
     // a applies the snapshot without the instance and acks it; b leaves.
     let rev = loop {
@@ -212,7 +270,14 @@ async fn drain_waits_for_every_subscriber_ack() {
     let report = drain.await.unwrap().unwrap();
     assert!(report.complete);
     assert_eq!(report.revision, rev);
-    assert_eq!(report.acked.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), [a.as_str()]);
+    assert_eq!(
+        report
+            .acked
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>(),
+        [a.as_str()]
+    );
     assert!(report.laggards.is_empty());
     assert!(!r.instance(&svc(), &inst(1).key).unwrap().enabled);
 }
@@ -222,27 +287,53 @@ async fn drain_times_out_with_laggards() {
     let r = registry();
     r.register(svc(), inst(1), lease()).await.unwrap();
     r.register(svc(), inst(2), lease()).await.unwrap();
-    let info = SubscriberInfo { kind: SubscriberKind::Session, address: "127.0.0.1:9".into(), client_name: "slow".into(), session: None };
+    let info = SubscriberInfo {
+        kind: SubscriberKind::Session,
+        address: "127.0.0.1:9".into(),
+        client_name: "slow".into(),
+        session: None,
+    };
     let (id, _rx) = r.subscribe(&svc(), info).unwrap();
     r.ack(&id, 5);
-    let report = r.drain(&svc(), &inst(1).key, Duration::from_secs(3), false).await.unwrap();
+    let report = r
+        .drain(&svc(), &inst(1).key, Duration::from_secs(3), false)
+        .await
+        .unwrap();
     assert!(!report.complete);
     assert_eq!(report.waited_ms, 3000);
     assert_eq!(report.laggards.len(), 1);
-    assert_eq!((report.laggards[0].id.as_str(), report.laggards[0].acked_revision), (id.as_str(), 5));
+    assert_eq!(
+        (
+            report.laggards[0].id.as_str(),
+            report.laggards[0].acked_revision
+        ),
+        (id.as_str(), 5)
+    );
 }
 
 #[tokio::test]
 async fn draining_the_last_serving_instance_needs_force() {
     let r = registry();
     r.register(svc(), inst(1), lease()).await.unwrap();
-    let err = r.drain(&svc(), &inst(1).key, Duration::from_secs(1), false).await.unwrap_err();
+    let err = r
+        .drain(&svc(), &inst(1).key, Duration::from_secs(1), false)
+        .await
+        .unwrap_err();
     assert_eq!(err.status(), 409);
     assert!(err.to_string().contains("last serving instance"), "{err}");
-    assert!(r.instance(&svc(), &inst(1).key).unwrap().enabled, "refused drain changed nothing");
-    let report = r.drain(&svc(), &inst(1).key, Duration::from_secs(1), true).await.unwrap();
+    assert!(
+        r.instance(&svc(), &inst(1).key).unwrap().enabled,
+        "refused drain changed nothing"
+    );
+    let report = r
+        .drain(&svc(), &inst(1).key, Duration::from_secs(1), true)
+        .await
+        .unwrap();
     assert!(report.complete);
-    assert_eq!(report.notes, ["public/DEFAULT_GROUP/orders has no live subscriber: nothing to wait for"]);
+    assert_eq!(
+        report.notes,
+        ["public/DEFAULT_GROUP/orders has no live subscriber: nothing to wait for"]
+    );
 }
 
 #[tokio::test]
@@ -254,20 +345,54 @@ async fn protect_threshold_applies_to_the_view() {
     for n in 2..=5 {
         r.set_health(&svc(), &inst(n).key, false);
     }
-    for (threshold, size, triggered) in [(0.0, 1, false), (0.1, 1, false), (0.2, 5, true), (0.5, 5, true)] {
-        r.put_settings(&svc(), ServiceSettings { protect_threshold: threshold, ..Default::default() }).await.unwrap();
+    for (threshold, size, triggered) in [
+        (0.0, 1, false),
+        (0.1, 1, false),
+        (0.2, 5, true),
+        (0.5, 5, true),
+    ] {
+        r.put_settings(
+            &svc(),
+            ServiceSettings {
+                protect_threshold: threshold,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
         let view = r.view(&svc());
-        assert_eq!((view.instances.len(), view.protection_triggered), (size, triggered), "{threshold}");
+        assert_eq!(
+            (view.instances.len(), view.protection_triggered),
+            (size, triggered),
+            "{threshold}"
+        );
     }
-    let err = r.put_settings(&svc(), ServiceSettings { protect_threshold: 1.5, ..Default::default() }).await.unwrap_err();
+    let err = r
+        .put_settings(
+            &svc(),
+            ServiceSettings {
+                protect_threshold: 1.5,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
     assert_eq!(err.field(), Some("protect_threshold"));
 }
 
 #[tokio::test(start_paused = true)]
 async fn pushes_wait_for_warmup_then_coalesce_and_resend_until_acked() {
-    let config = Config { warmup: Duration::from_secs(5), ..Config::for_tests() };
+    let config = Config {
+        warmup: Duration::from_secs(5),
+        ..Config::for_tests()
+    };
     let r = registry_with(Arc::new(MemoryStore::default()), config);
-    let info = SubscriberInfo { kind: SubscriberKind::Session, address: "127.0.0.1:9".into(), client_name: "c".into(), session: None };
+    let info = SubscriberInfo {
+        kind: SubscriberKind::Session,
+        address: "127.0.0.1:9".into(),
+        client_name: "c".into(),
+        session: None,
+    };
     let (id, rx) = r.subscribe(&svc(), info).unwrap();
     let pushes = r.pushes(id.clone(), rx);
     futures::pin_mut!(pushes);
@@ -276,8 +401,15 @@ async fn pushes_wait_for_warmup_then_coalesce_and_resend_until_acked() {
     assert!(r.warming_up());
     let started = tokio::time::Instant::now();
     let first = pushes.next().await.unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(4900), "held back during warm-up");
-    assert_eq!(first.view.instances.len(), 2, "coalesced: only the latest snapshot");
+    assert!(
+        started.elapsed() >= Duration::from_millis(4900),
+        "held back during warm-up"
+    );
+    assert_eq!(
+        first.view.instances.len(),
+        2,
+        "coalesced: only the latest snapshot"
+    );
     // Not acked: re-sent after the resend interval.
     let again = pushes.next().await.unwrap();
     assert_eq!(again.view.revision, first.view.revision);
@@ -286,7 +418,10 @@ async fn pushes_wait_for_warmup_then_coalesce_and_resend_until_acked() {
     let next = pushes.next().await.unwrap();
     assert_eq!(next.view.instances.len(), 3);
     let rows = r.subscribers(&svc());
-    assert_eq!((rows[0].acked_revision, rows[0].pushed_revision), (first.view.revision, next.view.revision));
+    assert_eq!(
+        (rows[0].acked_revision, rows[0].pushed_revision),
+        (first.view.revision, next.view.revision)
+    );
 }
 
 #[tokio::test]

@@ -20,7 +20,10 @@ use gangway_core::{View, validate};
 use serde::{Deserialize, Serialize};
 
 use crate::config::DEFAULT_DRAIN_TIMEOUT;
-use crate::engine::{DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo, SubscriberKind, SubscriberRow};
+use crate::engine::{
+    DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo,
+    SubscriberKind, SubscriberRow,
+};
 use crate::error::ApiError;
 
 /// The OpenAPI 3 description served at `/v1/openapi.json`.
@@ -67,26 +70,46 @@ impl From<PathRejection> for ApiError {
 
 /// Builds the router. `prometheus` holds the registry the server's metrics were registered in.
 pub fn router(registry: Registry, prometheus: prometheus_client::registry::Registry) -> Router {
-    let state = AppState { registry, prometheus: Arc::new(Mutex::new(prometheus)) };
+    let state = AppState {
+        registry,
+        prometheus: Arc::new(Mutex::new(prometheus)),
+    };
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .route("/v1/services", get(list_services))
         .route("/v1/services/{service}", get(get_service).put(put_service))
-        .route("/v1/services/{service}/instances", get(list_instances).post(register))
-        .route("/v1/services/{service}/instances/{addr}", axum::routing::patch(update).delete(deregister))
-        .route("/v1/services/{service}/instances/{addr}/heartbeat", put(heartbeat))
-        .route("/v1/services/{service}/instances/{addr}/offline", post(offline))
-        .route("/v1/services/{service}/instances/{addr}/online", post(online))
+        .route(
+            "/v1/services/{service}/instances",
+            get(list_instances).post(register),
+        )
+        .route(
+            "/v1/services/{service}/instances/{addr}",
+            axum::routing::patch(update).delete(deregister),
+        )
+        .route(
+            "/v1/services/{service}/instances/{addr}/heartbeat",
+            put(heartbeat),
+        )
+        .route(
+            "/v1/services/{service}/instances/{addr}/offline",
+            post(offline),
+        )
+        .route(
+            "/v1/services/{service}/instances/{addr}/online",
+            post(online),
+        )
         .route("/v1/services/{service}/instances/{addr}/drain", post(drain))
         .route("/v1/services/{service}/subscribers", get(subscribers))
         .route("/v1/services/{service}/watch", get(watch))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /v1/openapi.json") })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Scope {
     namespace: Option<String>,
     group: Option<String>,
@@ -134,7 +157,14 @@ async fn metrics(State(s): State<AppState>) -> Response {
     if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &prometheus) {
         return ApiError::Store(format!("metrics encoding failed: {e}")).into_response();
     }
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 #[derive(Serialize)]
@@ -168,9 +198,16 @@ impl From<ServiceSummary> for ServiceJson {
     }
 }
 
-async fn list_services(State(s): State<AppState>, ApiQuery(q): ApiQuery<Scope>) -> Json<serde_json::Value> {
-    let services: Vec<ServiceJson> =
-        s.registry.services(q.namespace.as_deref(), q.group.as_deref()).into_iter().map(Into::into).collect();
+async fn list_services(
+    State(s): State<AppState>,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Json<serde_json::Value> {
+    let services: Vec<ServiceJson> = s
+        .registry
+        .services(q.namespace.as_deref(), q.group.as_deref())
+        .into_iter()
+        .map(Into::into)
+        .collect();
     Json(serde_json::json!({ "services": services }))
 }
 
@@ -226,8 +263,10 @@ struct ViewJson {
 }
 
 fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry]) -> ViewJson {
-    let liveness: HashMap<&InstanceKey, &'static str> =
-        entries.iter().map(|e| (&e.instance.key, e.liveness.as_str())).collect();
+    let liveness: HashMap<&InstanceKey, &'static str> = entries
+        .iter()
+        .map(|e| (&e.instance.key, e.liveness.as_str()))
+        .collect();
     ViewJson {
         namespace: key.namespace.clone(),
         group: key.group.clone(),
@@ -240,7 +279,10 @@ fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry
             .into_iter()
             .map(|i| {
                 let liveness = liveness.get(&i.key).copied().unwrap_or("session");
-                InstanceJson { instance: i, liveness }
+                InstanceJson {
+                    instance: i,
+                    liveness,
+                }
             })
             .collect(),
     }
@@ -254,11 +296,21 @@ async fn list_instances(
 ) -> Result<Json<ViewJson>, ApiError> {
     let key = q.service(&name)?;
     let (revision, entries) = s.registry.entries(&key);
+    if q.all && q.subscriber.is_some() {
+        return Err(ApiError::invalid(
+            "subscriber",
+            "a poller fetches the consumer view; drop all=true",
+        ));
+    }
     let view = if q.all {
         let mut instances: Vec<Instance> = entries.iter().map(|e| e.instance.clone()).collect();
         instances.sort_by(|a, b| a.key.cmp(&b.key));
         let protection = s.registry.view(&key).protection_triggered;
-        View { revision, instances, protection_triggered: protection }
+        View {
+            revision,
+            instances,
+            protection_triggered: protection,
+        }
     } else if let Some(poller) = &q.subscriber {
         s.registry.poll(&key, poller, peer.to_string())?
     } else {
@@ -299,14 +351,21 @@ async fn register(
     let key = q.service(&name)?;
     validate::ip(&body.ip)?;
     let port = validate::port(body.port)?;
-    let mut instance = Instance::new(InstanceKey::new(&body.ip, port, body.cluster.as_deref().unwrap_or("")));
+    let mut instance = Instance::new(InstanceKey::new(
+        &body.ip,
+        port,
+        body.cluster.as_deref().unwrap_or(""),
+    ));
     instance.weight = body.weight.unwrap_or(gangway_core::model::DEFAULT_WEIGHT);
     instance.metadata = body.metadata;
     instance.enabled = body.enabled.unwrap_or(true);
     let ephemeral = body.ephemeral.unwrap_or(body.probe.is_none());
     let liveness = if ephemeral {
         if body.probe.is_some() {
-            return Err(ApiError::invalid("probe", "only persistent instances (ephemeral=false) are probed"));
+            return Err(ApiError::invalid(
+                "probe",
+                "only persistent instances (ephemeral=false) are probed",
+            ));
         }
         LivenessRequest::Lease {
             ttl: body.ttl_ms.map(Duration::from_millis),
@@ -314,12 +373,18 @@ async fn register(
         }
     } else {
         if body.ttl_ms.is_some() || body.delete_timeout_ms.is_some() {
-            return Err(ApiError::invalid("ttl_ms", "only ephemeral instances have a lease"));
+            return Err(ApiError::invalid(
+                "ttl_ms",
+                "only ephemeral instances have a lease",
+            ));
         }
         LivenessRequest::Probe(body.probe.unwrap_or_default())
     };
     let (revision, instance) = s.registry.register(key, instance, liveness).await?;
-    Ok(Json(ChangeJson { revision, instance: Some(instance) }))
+    Ok(Json(ChangeJson {
+        revision,
+        instance: Some(instance),
+    }))
 }
 
 #[derive(Deserialize)]
@@ -337,9 +402,16 @@ async fn update(
     ApiJson(body): ApiJson<PatchBody>,
 ) -> Result<Json<ChangeJson>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let patch = Patch { weight: body.weight, metadata: body.metadata, enabled: body.enabled };
+    let patch = Patch {
+        weight: body.weight,
+        metadata: body.metadata,
+        enabled: body.enabled,
+    };
     let (revision, instance) = s.registry.update(&key, &instance, patch).await?;
-    Ok(Json(ChangeJson { revision, instance: Some(instance) }))
+    Ok(Json(ChangeJson {
+        revision,
+        instance: Some(instance),
+    }))
 }
 
 async fn deregister(
@@ -349,7 +421,10 @@ async fn deregister(
 ) -> Result<Json<ChangeJson>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     let revision = s.registry.deregister(&key, &instance).await?;
-    Ok(Json(ChangeJson { revision, instance: None }))
+    Ok(Json(ChangeJson {
+        revision,
+        instance: None,
+    }))
 }
 
 async fn heartbeat(
@@ -359,13 +434,24 @@ async fn heartbeat(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     let ttl = s.registry.heartbeat(&key, &instance)?;
-    Ok(Json(serde_json::json!({ "ttl_ms": ttl.as_millis() as u64, "healthy": true })))
+    Ok(Json(
+        serde_json::json!({ "ttl_ms": ttl.as_millis() as u64, "healthy": true }),
+    ))
 }
 
-async fn set_enabled(s: AppState, name: String, addr: String, q: Scope, enabled: bool) -> Result<Json<ChangeJson>, ApiError> {
+async fn set_enabled(
+    s: AppState,
+    name: String,
+    addr: String,
+    q: Scope,
+    enabled: bool,
+) -> Result<Json<ChangeJson>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     let (revision, instance) = s.registry.set_enabled(&key, &instance, enabled).await?;
-    Ok(Json(ChangeJson { revision, instance: Some(instance) }))
+    Ok(Json(ChangeJson {
+        revision,
+        instance: Some(instance),
+    }))
 }
 
 async fn offline(
@@ -403,10 +489,18 @@ async fn drain(
     let body: DrainBody = if body.iter().all(u8::is_ascii_whitespace) {
         DrainBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::invalid("body", format!("invalid drain body: {e}")))?
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid("body", format!("invalid drain body: {e}")))?
     };
-    let timeout = body.timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_DRAIN_TIMEOUT);
-    Ok(Json(s.registry.drain(&key, &instance, timeout, body.force).await?))
+    let timeout = body
+        .timeout_ms
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_DRAIN_TIMEOUT);
+    Ok(Json(
+        s.registry
+            .drain(&key, &instance, timeout, body.force)
+            .await?,
+    ))
 }
 
 async fn subscribers(
@@ -416,7 +510,9 @@ async fn subscribers(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let key = q.service(&name)?;
     let rows: Vec<SubscriberRow> = s.registry.subscribers(&key);
-    Ok(Json(serde_json::json!({ "revision": s.registry.view(&key).revision, "subscribers": rows })))
+    Ok(Json(
+        serde_json::json!({ "revision": s.registry.view(&key).revision, "subscribers": rows }),
+    ))
 }
 
 /// Unsubscribes a watcher when its SSE stream is dropped (client gone).
@@ -445,15 +541,26 @@ async fn watch(
         session: None,
     };
     let (id, rx) = s.registry.subscribe(&key, info)?;
-    let guard = WatchGuard { registry: s.registry.clone(), id: id.clone() };
+    let guard = WatchGuard {
+        registry: s.registry.clone(),
+        id: id.clone(),
+    };
     let registry = s.registry.clone();
     let stream = s.registry.pushes(id, rx).map(move |snapshot| {
         let _keep = &guard;
         // A watcher counts as having acked what it was sent (DESIGN §4).
         registry.ack(&guard.id, snapshot.view.revision);
         let (_, entries) = registry.entries(&snapshot.service);
-        let json = view_json(&registry, &snapshot.service, snapshot.view.clone(), &entries);
-        Ok(Event::default().event("snapshot").json_data(json).unwrap_or_default())
+        let json = view_json(
+            &registry,
+            &snapshot.service,
+            snapshot.view.clone(),
+            &entries,
+        );
+        Ok(Event::default()
+            .event("snapshot")
+            .json_data(json)
+            .unwrap_or_default())
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
 }

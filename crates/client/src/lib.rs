@@ -42,6 +42,7 @@
 //! ```
 
 pub mod balance;
+pub mod outlier;
 mod client;
 mod config;
 mod error;

@@ -116,7 +116,13 @@ impl OutlierDetector {
         }
 
         let bucket = self.bucket(now);
-        let stats = state.stats.entry(instance.clone()).or_default();
+        // No key clone (two strings) per request once the instance is known.
+        if !state.stats.contains_key(instance) {
+            state.stats.insert(instance.clone(), Stats::default());
+        }
+        let Some(stats) = state.stats.get_mut(instance) else {
+            return;
+        };
         stats
             .window
             .record(bucket, outcome.is_error(self.config.errors));

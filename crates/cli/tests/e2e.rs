@@ -6,7 +6,7 @@ mod cluster;
 
 use std::time::Duration;
 
-use cluster::{DemoService, Proc, Server, addresses, poll};
+use cluster::{Run, Server, addresses, poll};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -14,62 +14,14 @@ use tokio::time::Instant;
 /// When the action happens, after the client starts sending.
 const ACTION_AT: Duration = Duration::from_secs(3);
 
+/// Issue #2 measures the registry alone: no consumer retry, no ejection.
+const NO_RETRY: &[&str] = &["--no-retry", "--no-ejection"];
+
 struct Outcome {
     scenario: &'static str,
     sent: u64,
     failed: u64,
     detail: String,
-}
-
-struct Run {
-    server: Server,
-    services: Vec<DemoService>,
-    client: Proc,
-    started: Instant,
-    _data: tempfile::TempDir,
-}
-
-async fn setup(server_flags: &[&str]) -> Run {
-    let data = tempfile::tempdir().unwrap();
-    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", server_flags).await;
-    let mut services = Vec::new();
-    for name in ["a", "b", "c"] {
-        services.push(DemoService::start(&server.grpc, name).await);
-    }
-    let mut client = Proc::spawn(&[
-        "demo-client",
-        "--registry",
-        &server.grpc,
-        "--service",
-        "demo",
-        "--rate",
-        "60",
-        "--duration",
-        "8s",
-        "--min-instances",
-        "3",
-        "--json",
-    ]);
-    client.stderr_line_starting("sending 480 requests").await;
-    let started = Instant::now();
-    client.forward_stderr("demo-client");
-    Run {
-        server,
-        services,
-        client,
-        started,
-        _data: data,
-    }
-}
-
-async fn finish(run: &mut Run) -> Value {
-    let out = run.client.rest_of_stdout(Duration::from_secs(30)).await;
-    let status = run.client.wait(Duration::from_secs(5)).await;
-    let report: Value = serde_json::from_str(out.trim()).expect("demo-client JSON summary");
-    // demo-client exits 1 when some request failed, 0 when none did.
-    let expected = if report["failed"] == 0 { 0 } else { 1 };
-    assert_eq!(status.code(), Some(expected), "demo-client exit status");
-    report
 }
 
 fn counts(report: &Value) -> (u64, u64) {
@@ -91,14 +43,14 @@ fn dropped_at_ms(report: &Value, addr: &str) -> Option<f64> {
 }
 
 async fn sigterm_lossless() -> Outcome {
-    let mut run = setup(&[]).await;
+    let mut run = Run::setup(&[], &[], NO_RETRY).await;
     tokio::time::sleep_until(run.started + ACTION_AT).await;
     let victim = run.services.remove(0);
     let mut victim_proc = victim.proc;
     victim_proc.signal(Signal::SIGTERM);
     let drained = victim_proc.line_starting("drained ").await;
     assert!(victim_proc.wait(Duration::from_secs(10)).await.success());
-    let report = finish(&mut run).await;
+    let report = run.finish().await;
     let (sent, failed) = counts(&report);
     assert_eq!(sent, 480);
     assert_eq!(
@@ -115,12 +67,12 @@ async fn sigterm_lossless() -> Outcome {
 }
 
 async fn sigkill_no_retry() -> Outcome {
-    let mut run = setup(&[]).await;
+    let mut run = Run::setup(&[], &[], NO_RETRY).await;
     tokio::time::sleep_until(run.started + ACTION_AT).await;
     let victim = run.services.remove(0);
     victim.proc.signal(Signal::SIGKILL);
     let killed_ms = run.started.elapsed().as_secs_f64() * 1000.0;
-    let report = finish(&mut run).await;
+    let report = run.finish().await;
     let (sent, failed) = counts(&report);
     let dropped =
         dropped_at_ms(&report, &victim.addr).expect("the client cache dropped the killed instance");
@@ -142,7 +94,7 @@ async fn sigkill_no_retry() -> Outcome {
 }
 
 async fn sigstop_frozen() -> Outcome {
-    let mut run = setup(&[]).await;
+    let mut run = Run::setup(&[], &[], NO_RETRY).await;
     tokio::time::sleep_until(run.started + ACTION_AT).await;
     let victim = run.services.remove(0);
     victim.proc.signal(Signal::SIGSTOP);
@@ -159,7 +111,7 @@ async fn sigstop_frozen() -> Outcome {
         gone <= Duration::from_secs(4),
         "frozen instance removed after {gone:?}"
     );
-    let report = finish(&mut run).await;
+    let report = run.finish().await;
     victim.proc.signal(Signal::SIGKILL);
     let (sent, failed) = counts(&report);
     let timeouts = report["requests"]
@@ -180,13 +132,13 @@ async fn sigstop_frozen() -> Outcome {
 }
 
 async fn registry_restart() -> Outcome {
-    let mut run = setup(&[]).await;
+    let mut run = Run::setup(&[], &[], NO_RETRY).await;
     tokio::time::sleep_until(run.started + ACTION_AT).await;
     let (http, grpc) = (run.server.http.clone(), run.server.grpc.clone());
     run.server.proc.signal(Signal::SIGKILL);
     run.server.proc.wait(Duration::from_secs(5)).await;
     let restarted_at = Instant::now();
-    run.server = Server::start(run._data.path(), &http, &grpc, &[]).await;
+    run.server = Server::start(run.data.path(), &http, &grpc, &[]).await;
     let server = &run.server;
     let back = poll(Duration::from_secs(10), || async {
         let listing = server.get("/v1/services/demo/instances?all=true").await;
@@ -199,7 +151,7 @@ async fn registry_restart() -> Outcome {
         back <= Duration::from_secs(6),
         "instances listed again after {back:?}"
     );
-    let report = finish(&mut run).await;
+    let report = run.finish().await;
     let (sent, failed) = counts(&report);
     assert_eq!(
         failed, 0,

@@ -42,10 +42,12 @@
 //! ```
 
 pub mod balance;
-pub mod outlier;
 mod client;
 mod config;
 mod error;
+pub mod http;
+pub mod outlier;
+pub mod retry;
 mod session;
 mod subscription;
 mod wire;

@@ -6,24 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Args, ValueEnum};
-use gangway_client::balance::{RoundRobin, SmoothWeighted};
+use clap::Args;
+use gangway_client::http::{HttpClient, HttpResponse, RequestError};
 use gangway_client::{Client, ClientConfig, Subscription};
 use gangway_core::model::ServiceKey;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::pipeline::PipelineArgs;
 use crate::args::parse_duration;
-
-/// Balancer choice.
-#[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BalancerArg {
-    /// Round robin over the view.
-    RoundRobin,
-    /// Smooth weighted round robin (nginx).
-    Weighted,
-}
 
 /// Flags of `gangway demo-client`.
 #[derive(Debug, Args, Clone)]
@@ -45,18 +36,18 @@ pub struct ClientArgs {
     /// How long to send.
     #[arg(long, default_value = "8s", value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Duration,
-    /// Per-request timeout.
+    /// Per-request timeout (each attempt).
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
     /// Wait until the view holds at least this many instances before sending.
     #[arg(long, default_value_t = 1)]
     pub min_instances: usize,
-    /// Balancer.
-    #[arg(long, value_enum, default_value = "round-robin")]
-    pub balancer: BalancerArg,
     /// Print the summary (with every request) as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Balancer, retry, ejection and pool settings.
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
 }
 
 /// One request's outcome.
@@ -68,15 +59,18 @@ pub struct RequestRecord {
     pub scheduled_ms: f64,
     /// Actual send time, ms after start.
     pub sent_ms: f64,
-    /// Instance tried (`ip:port`), if the view had one.
+    /// Instance of the last attempt (`ip:port`), if any was made.
     pub instance: Option<String>,
+    /// The client's end of the TCP connection that carried the answer (from the demo
+    /// service's reply), to tell keep-alive connections apart.
+    pub connection: Option<String>,
     /// Answered 2xx.
     pub ok: bool,
-    /// Failure reason: `no instance`, `connect`, `timeout`, `HTTP 503`, ...
+    /// Failure reason: `no instance`, `connect`, `timeout`, `HTTP 500`, ...
     pub error: Option<String>,
     /// Time to the answer or failure, ms.
     pub latency_ms: f64,
-    /// Attempts made (1 without retry).
+    /// Attempts made.
     pub attempts: u32,
 }
 
@@ -112,23 +106,21 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Sends `rate × duration` requests on the open-loop schedule through `subscription`.
+/// Sends `rate x duration` GET /ping requests to `service` through `http` on the open-loop
+/// schedule; `subscription` (of the same service) is only watched to record view changes.
 /// `on_failure` sees each failure as it happens.
 pub async fn run_load(
+    http: &HttpClient,
     subscription: &Subscription,
     rate: f64,
     duration: Duration,
-    timeout: Duration,
     on_failure: impl Fn(&RequestRecord) + Send + Sync + 'static,
 ) -> anyhow::Result<LoadReport> {
     anyhow::ensure!(
         rate > 0.0 && rate.is_finite(),
         "--rate must be above 0, got {rate}"
     );
-    let http = reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .context("HTTP client")?;
+    let url = format!("http://{}/ping", subscription.service().service);
     let total = (rate * duration.as_secs_f64()).round() as usize;
     let start = Instant::now();
     let (stop_changes, stopped) = tokio::sync::oneshot::channel();
@@ -138,33 +130,11 @@ pub async fn run_load(
     for index in 0..total {
         let scheduled = Duration::from_secs_f64(index as f64 / rate);
         tokio::time::sleep_until(start + scheduled).await;
-        let picked = subscription.pick();
-        let http = http.clone();
-        let on_failure = on_failure.clone();
+        let (http, url, on_failure) = (http.clone(), url.clone(), on_failure.clone());
         tasks.push(tokio::spawn(async move {
             let sent = start.elapsed();
-            let instance = picked.map(|i| i.key.addr());
-            let error = match &instance {
-                None => Some("no instance".to_owned()),
-                Some(addr) => match http.get(format!("http://{addr}/ping")).send().await {
-                    Ok(r) if r.status().is_success() => match r.bytes().await {
-                        Ok(_) => None,
-                        Err(e) => Some(classify(&e)),
-                    },
-                    Ok(r) => Some(format!("HTTP {}", r.status().as_u16())),
-                    Err(e) => Some(classify(&e)),
-                },
-            };
-            let record = RequestRecord {
-                index,
-                scheduled_ms: ms(scheduled),
-                sent_ms: ms(sent),
-                instance,
-                ok: error.is_none(),
-                error,
-                latency_ms: ms(start.elapsed() - sent),
-                attempts: 1,
-            };
+            let result = http.get(&url).await;
+            let record = record(index, scheduled, sent, start.elapsed() - sent, result);
             if !record.ok {
                 on_failure(&record);
             }
@@ -193,6 +163,62 @@ pub async fn run_load(
     })
 }
 
+fn record(
+    index: usize,
+    scheduled: Duration,
+    sent: Duration,
+    latency: Duration,
+    result: Result<HttpResponse, RequestError>,
+) -> RequestRecord {
+    let mut r = RequestRecord {
+        index,
+        scheduled_ms: ms(scheduled),
+        sent_ms: ms(sent),
+        instance: None,
+        connection: None,
+        ok: false,
+        error: None,
+        latency_ms: ms(latency),
+        attempts: 0,
+    };
+    match result {
+        Ok(response) => {
+            r.instance = Some(response.instance.addr());
+            r.attempts = response.attempts;
+            r.connection = serde_json::from_slice::<serde_json::Value>(&response.body)
+                .ok()
+                .and_then(|v| v["peer"].as_str().map(str::to_owned));
+            r.ok = response.status.is_success();
+            if !r.ok {
+                r.error = Some(format!("HTTP {}", response.status.as_u16()));
+            }
+        }
+        Err(e) => {
+            r.attempts = e.attempts();
+            r.error = Some(match &e {
+                RequestError::NoInstance { .. } => "no instance".to_owned(),
+                RequestError::Failed {
+                    failure,
+                    instance,
+                    message,
+                    ..
+                } => {
+                    r.instance = Some(instance.addr());
+                    if failure.is_connect() {
+                        "connect".to_owned()
+                    } else if message.contains("timed out") {
+                        "timeout".to_owned()
+                    } else {
+                        format!("error: {message}")
+                    }
+                }
+                other => other.to_string(),
+            });
+        }
+    }
+    r
+}
+
 async fn record_changes(
     mut rx: tokio::sync::watch::Receiver<Arc<gangway_core::View>>,
     start: Instant,
@@ -218,37 +244,16 @@ async fn record_changes(
     out
 }
 
-fn classify(e: &reqwest::Error) -> String {
-    if e.is_connect() {
-        "connect".to_owned()
-    } else if e.is_timeout() {
-        "timeout".to_owned()
-    } else {
-        let mut source: Option<&dyn std::error::Error> = Some(e);
-        let mut last = e.to_string();
-        while let Some(s) = source {
-            last = s.to_string();
-            source = s.source();
-        }
-        format!("error: {last}")
-    }
-}
-
 /// Subscribes to `service` and waits until the view holds `min` instances (at most 10 s).
 pub async fn subscribe_ready(
     client: &Client,
     service: &str,
     min: usize,
-    balancer: BalancerArg,
 ) -> anyhow::Result<Subscription> {
     let mut subscription = client
         .subscribe(ServiceKey::named(service))
         .await
         .context("subscribe")?;
-    subscription = match balancer {
-        BalancerArg::RoundRobin => subscription.with_balancer(RoundRobin::new()),
-        BalancerArg::Weighted => subscription.with_balancer(SmoothWeighted::new()),
-    };
     subscription
         .wait_for(|v| v.instances.len() >= min, Duration::from_secs(10))
         .await
@@ -264,8 +269,9 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<LoadReport> {
         Client::connect(ClientConfig::new(args.registry.clone()).with_client_name("demo-client"))
             .await
             .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
-    let subscription =
-        subscribe_ready(&client, &args.service, args.min_instances, args.balancer).await?;
+    let subscription = subscribe_ready(&client, &args.service, args.min_instances).await?;
+    let http = HttpClient::new(client.clone(), args.pipeline.http_config(args.timeout))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let quiet = args.json;
     // On stderr so that `--json` keeps stdout to the summary; tests key their actions off it.
     eprintln!(
@@ -274,23 +280,18 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<LoadReport> {
         args.rate,
         subscription.view().instances.len()
     );
-    let report = run_load(
-        &subscription,
-        args.rate,
-        args.duration,
-        args.timeout,
-        move |r| {
-            if !quiet {
-                println!(
-                    "+{:.3}s FAIL #{} {}: {}",
-                    r.sent_ms / 1000.0,
-                    r.index,
-                    r.instance.as_deref().unwrap_or("-"),
-                    r.error.as_deref().unwrap_or("")
-                );
-            }
-        },
-    )
+    let report = run_load(&http, &subscription, args.rate, args.duration, move |r| {
+        if !quiet {
+            println!(
+                "+{:.3}s FAIL #{} {}: {} ({} attempt(s))",
+                r.sent_ms / 1000.0,
+                r.index,
+                r.instance.as_deref().unwrap_or("-"),
+                r.error.as_deref().unwrap_or(""),
+                r.attempts
+            );
+        }
+    })
     .await?;
     client.close();
     if args.json {
@@ -310,7 +311,7 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<LoadReport> {
             report.sent.to_string(),
             report.ok.to_string(),
             report.failed.to_string(),
-            format!("{:.2}", report.attempts_per_request),
+            format!("{:.3}", report.attempts_per_request),
         ]);
         println!("{table}");
     }

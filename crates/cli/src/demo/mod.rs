@@ -3,5 +3,6 @@
 //! subscription), and `demo` (both, plus a registry, running a rolling restart).
 
 pub mod client;
+pub mod pipeline;
 pub mod rolling;
 pub mod service;

@@ -12,7 +12,9 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::Instant;
 
-use super::client::{BalancerArg, run_load, subscribe_ready};
+use gangway_client::http::{HttpClient, HttpConfig};
+
+use super::client::{run_load, subscribe_ready};
 use crate::args::parse_duration;
 
 /// Flags of `gangway demo`.
@@ -186,8 +188,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let client =
         Client::connect(ClientConfig::new(registry.clone()).with_client_name("demo-client"))
             .await?;
-    let subscription =
-        subscribe_ready(&client, "demo", args.instances, BalancerArg::RoundRobin).await?;
+    let subscription = subscribe_ready(&client, "demo", args.instances).await?;
+    // No retry and no ejection: the zero below is the drain's alone.
+    let config = HttpConfig::default()
+        .with_retry(gangway_client::retry::RetryConfig::disabled())
+        .with_outlier(None)
+        .with_attempt_timeout(Duration::from_secs(1));
+    let http = HttpClient::new(client.clone(), config).map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let duration = args.step * (args.instances as u32 + 1);
     println!(
@@ -198,9 +205,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
     let load = {
         let subscription = subscription.clone();
-        let (rate, timeout) = (args.rate, Duration::from_secs(1));
+        let rate = args.rate;
         tokio::spawn(async move {
-            run_load(&subscription, rate, duration, timeout, |r| {
+            run_load(&http, &subscription, rate, duration, |r| {
                 println!(
                     "  request #{} failed on {}: {}",
                     r.index,

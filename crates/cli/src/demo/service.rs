@@ -8,13 +8,15 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::extract::ConnectInfo;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
 use gangway_client::{Client, ClientConfig};
@@ -54,6 +56,9 @@ pub struct ServiceArgs {
     /// On SIGTERM skip the drain (deregister by exiting): for comparisons.
     #[arg(long)]
     pub no_drain: bool,
+    /// Start failing: GET /ping answers HTTP 500 until `POST /control/heal`.
+    #[arg(long)]
+    pub fail: bool,
 }
 
 #[derive(Clone)]
@@ -61,11 +66,20 @@ struct Demo {
     name: String,
     delay: Duration,
     draining: Arc<AtomicBool>,
+    failing: Arc<AtomicBool>,
 }
 
-async fn ping(State(d): State<Demo>) -> Response {
+/// GET /ping: after the delay, `{"instance": name, "peer": "ip:port"}` where `peer` is the
+/// caller's end of the TCP connection (so callers can tell connections apart), or HTTP 500
+/// while failing.
+async fn ping(State(d): State<Demo>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Response {
     tokio::time::sleep(d.delay).await;
-    let mut response = Json(serde_json::json!({ "instance": d.name })).into_response();
+    let body = Json(serde_json::json!({ "instance": d.name, "peer": peer.to_string() }));
+    let mut response = if d.failing.load(Ordering::Relaxed) {
+        (axum::http::StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+    } else {
+        body.into_response()
+    };
     if d.draining.load(Ordering::Relaxed) {
         // In-band: a consumer whose ack is late still stops reusing this connection.
         let headers = response.headers_mut();
@@ -73,6 +87,18 @@ async fn ping(State(d): State<Demo>) -> Response {
         headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
+}
+
+/// POST /control/fail: GET /ping answers HTTP 500 from now on.
+async fn control_fail(State(d): State<Demo>) -> &'static str {
+    d.failing.store(true, Ordering::Relaxed);
+    "failing"
+}
+
+/// POST /control/heal: GET /ping answers normally again.
+async fn control_heal(State(d): State<Demo>) -> &'static str {
+    d.failing.store(false, Ordering::Relaxed);
+    "healed"
 }
 
 /// Runs the demo service until SIGTERM/SIGINT.
@@ -89,10 +115,13 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
         name: name.clone(),
         delay: args.delay,
         draining: Arc::new(AtomicBool::new(false)),
+        failing: Arc::new(AtomicBool::new(args.fail)),
     };
     let app = Router::new()
         .route("/ping", get(ping))
         .route("/health", get(|| async { "ok" }))
+        .route("/control/fail", post(control_fail))
+        .route("/control/heal", post(control_heal))
         .with_state(demo.clone());
 
     let client = Client::connect(
@@ -115,11 +144,14 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .await
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop_rx.await;
+        })
+        .await
     });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

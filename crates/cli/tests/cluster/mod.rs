@@ -176,7 +176,11 @@ pub struct DemoService {
 
 impl DemoService {
     pub async fn start(registry: &str, name: &str) -> DemoService {
-        let mut proc = Proc::spawn(&[
+        Self::start_with(registry, name, &[]).await
+    }
+
+    pub async fn start_with(registry: &str, name: &str, flags: &[&str]) -> DemoService {
+        let mut args = vec![
             "demo-service",
             "--registry",
             registry,
@@ -184,7 +188,9 @@ impl DemoService {
             "demo",
             "--name",
             name,
-        ]);
+        ];
+        args.extend_from_slice(flags);
+        let mut proc = Proc::spawn(&args);
         let line = proc.line_starting("ready ").await;
         proc.forward_stderr("demo-service");
         DemoService {
@@ -222,4 +228,72 @@ pub fn addresses(listing: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A registry, three demo-services (`a`, `b`, `c`) and a demo-client at 60 req/s for 8 s.
+pub struct Run {
+    pub server: Server,
+    pub services: Vec<DemoService>,
+    pub client: Proc,
+    /// When the client started sending.
+    pub started: Instant,
+    pub data: tempfile::TempDir,
+}
+
+impl Run {
+    /// Starts everything; returns once the client sends. `service_flags` go to every demo-service,
+    /// `client_flags` to the demo-client.
+    pub async fn setup(
+        server_flags: &[&str],
+        service_flags: &[&str],
+        client_flags: &[&str],
+    ) -> Run {
+        let data = tempfile::tempdir().unwrap();
+        let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", server_flags).await;
+        let mut services = Vec::new();
+        for name in ["a", "b", "c"] {
+            services.push(DemoService::start_with(&server.grpc, name, service_flags).await);
+        }
+        let mut client = Proc::spawn(
+            &[
+                "demo-client",
+                "--registry",
+                &server.grpc,
+                "--service",
+                "demo",
+                "--rate",
+                "60",
+                "--duration",
+                "8s",
+                "--min-instances",
+                "3",
+                "--json",
+            ]
+            .into_iter()
+            .chain(client_flags.iter().copied())
+            .collect::<Vec<_>>(),
+        );
+        client.stderr_line_starting("sending 480 requests").await;
+        let started = Instant::now();
+        client.forward_stderr("demo-client");
+        Run {
+            server,
+            services,
+            client,
+            started,
+            data,
+        }
+    }
+
+    /// Waits for the client's JSON summary (exit 0 when nothing failed, 1 otherwise).
+    pub async fn finish(&mut self) -> Value {
+        let run = self;
+        let out = run.client.rest_of_stdout(Duration::from_secs(30)).await;
+        let status = run.client.wait(Duration::from_secs(5)).await;
+        let report: Value = serde_json::from_str(out.trim()).expect("demo-client JSON summary");
+        // demo-client exits 1 when some request failed, 0 when none did.
+        let expected = if report["failed"] == 0 { 0 } else { 1 };
+        assert_eq!(status.code(), Some(expected), "demo-client exit status");
+        report
+    }
 }

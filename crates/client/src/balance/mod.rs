@@ -2,19 +2,26 @@
 //!
 //! - [`RoundRobin`]: every pickable instance in turn, ignoring weights beyond 0;
 //! - [`SmoothWeighted`]: nginx's smooth weighted round robin, spreading heavy instances out
-//!   (weights 5, 1, 1 give `a a b a c a a`).
+//!   (weights 5, 1, 1 give `a a b a c a a`);
+//! - [`Random`]: uniformly at random (weights only matter as 0 = never);
+//! - [`PowerOfTwoChoices`]: two distinct instances at random, the one with fewer requests in
+//!   flight wins (Mitzenmacher; what Envoy and Linkerd call P2C / least request).
 //!
 //! Both share the pickable set: instances that are enabled with a weight > 0 (finite); of
 //! those the healthy ones, or all of them when none is healthy. A view only holds unhealthy
 //! instances when the registry's protect threshold fired (`protection_triggered`): the
 //! balancers then prefer the healthy ones and fall back to any.
 
-use gangway_core::model::Instance;
+use gangway_core::model::{Instance, InstanceKey};
 use gangway_core::view::View;
 
+mod p2c;
+mod random;
 mod round_robin;
 mod smooth_weighted;
 
+pub use p2c::PowerOfTwoChoices;
+pub use random::Random;
 pub use round_robin::RoundRobin;
 pub use smooth_weighted::SmoothWeighted;
 
@@ -24,8 +31,20 @@ pub use smooth_weighted::SmoothWeighted;
 /// between threads, so `pick` takes `&self`. A view change between calls is fine: state for
 /// instances that left is dropped.
 pub trait Balancer: Send + Sync {
+    /// One of `candidates` (already filtered: pickable, not yet tried, not ejected), or `None`
+    /// when there is none.
+    fn pick_from(&self, candidates: &[&Instance]) -> Option<Instance>;
+
     /// One instance of `view`, or `None` when it holds no pickable instance.
-    fn pick(&self, view: &View) -> Option<Instance>;
+    fn pick(&self, view: &View) -> Option<Instance> {
+        self.pick_from(&pickable(view))
+    }
+
+    /// A request to `instance` starts (load-aware balancers count it). Default: nothing.
+    fn started(&self, _instance: &InstanceKey) {}
+
+    /// A request to `instance` ended, whatever its outcome. Default: nothing.
+    fn finished(&self, _instance: &InstanceKey) {}
 }
 
 /// The pickable instances of a view, in view order (see the module docs).

@@ -3,9 +3,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gangway_core::model::Instance;
-use gangway_core::view::View;
 
-use super::{Balancer, pickable};
+use super::Balancer;
 
 /// Every pickable instance in turn (weights only matter as 0 = never).
 ///
@@ -24,8 +23,7 @@ impl RoundRobin {
 }
 
 impl Balancer for RoundRobin {
-    fn pick(&self, view: &View) -> Option<Instance> {
-        let candidates = pickable(view);
+    fn pick_from(&self, candidates: &[&Instance]) -> Option<Instance> {
         if candidates.is_empty() {
             return None;
         }

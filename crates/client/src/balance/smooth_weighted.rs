@@ -4,9 +4,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use gangway_core::model::{Instance, InstanceKey};
-use gangway_core::view::View;
 
-use super::{Balancer, pickable};
+use super::Balancer;
 
 /// nginx's smooth weighted round robin (`ngx_http_upstream_get_peer`).
 ///
@@ -27,8 +26,7 @@ impl SmoothWeighted {
 }
 
 impl Balancer for SmoothWeighted {
-    fn pick(&self, view: &View) -> Option<Instance> {
-        let candidates = pickable(view);
+    fn pick_from(&self, candidates: &[&Instance]) -> Option<Instance> {
         if candidates.is_empty() {
             return None;
         }

@@ -135,3 +135,60 @@ fn balancers_are_shareable_across_threads() {
     // 400 picks of two equal weights: back to the start, a is next.
     assert_eq!(b.pick(&v).unwrap().key.ip, "a");
 }
+
+#[test]
+fn random_picks_only_pickable_instances_and_covers_them() {
+    let v = view(vec![inst("a", 1.0), inst("b", 0.0), inst("c", 3.0)]);
+    let got = picks(&Random::new(), &v, 300);
+    assert!(got.iter().all(|ip| ip == "a" || ip == "c"), "{got:?}");
+    assert!(got.iter().any(|ip| ip == "a") && got.iter().any(|ip| ip == "c"));
+    assert_eq!(Random::new().pick(&view(vec![])), None);
+}
+
+#[test]
+fn p2c_prefers_the_less_loaded_of_two() {
+    let v = view(vec![inst("a", 1.0), inst("b", 1.0)]);
+    let b = PowerOfTwoChoices::new();
+    let a_key = v.instances[0].key.clone();
+    for _ in 0..3 {
+        b.started(&a_key);
+    }
+    // With two candidates both are always drawn: the idle one wins every time.
+    assert_eq!(picks(&b, &v, 20), vec!["b"; 20]);
+    for _ in 0..3 {
+        b.finished(&a_key);
+    }
+    assert_eq!(b.in_flight(&a_key), 0);
+    b.finished(&a_key);
+    assert_eq!(b.in_flight(&a_key), 0, "never below zero");
+}
+
+#[test]
+fn p2c_with_one_candidate_takes_it_and_with_none_gives_none() {
+    let b = PowerOfTwoChoices::new();
+    assert_eq!(picks(&b, &view(vec![inst("a", 1.0)]), 3), ["a", "a", "a"]);
+    assert_eq!(b.pick(&view(vec![inst("z", 0.0)])), None);
+}
+
+#[test]
+fn pick_from_respects_an_already_filtered_candidate_list() {
+    let v = view(vec![inst("a", 1.0), inst("b", 1.0), inst("c", 1.0)]);
+    let tried = &v.instances[0].key;
+    let candidates: Vec<&Instance> = pickable(&v)
+        .into_iter()
+        .filter(|i| &i.key != tried)
+        .collect();
+    for b in [
+        &RoundRobin::new() as &dyn Balancer,
+        &SmoothWeighted::new(),
+        &Random::new(),
+        &PowerOfTwoChoices::new(),
+    ] {
+        for _ in 0..10 {
+            assert_ne!(
+                b.pick_from(&candidates).map(|i| i.key.ip),
+                Some("a".to_string())
+            );
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! The HTTP client and its request loop.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use gangway_core::model::{InstanceKey, ServiceKey};
+use http::{HeaderMap, Method, StatusCode, Uri};
+
+use super::config::HttpConfig;
+use super::error::RequestError;
+use super::target::Target;
+use crate::Client;
+use crate::outlier::Outcome;
+use crate::retry::{Failure, is_idempotent, may_retry};
+
+/// Response header by which a draining instance says so in band (DESIGN §4).
+pub const DRAINING_HEADER: &str = "x-gangway-draining";
+
+/// A request to a service: `url` names the service as its host, `http://orders/path?q`.
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    /// Method.
+    pub method: Method,
+    /// `http://<service>/<path>`.
+    pub url: String,
+    /// Headers sent as they are.
+    pub headers: HeaderMap,
+    /// Body (cloned per attempt, cheap).
+    pub body: Bytes,
+    /// Overrides the method's idempotency (RFC 9110) for retry decisions.
+    pub idempotent: Option<bool>,
+}
+
+impl HttpRequest {
+    /// A request with no headers and no body.
+    pub fn new(method: Method, url: impl Into<String>) -> Self {
+        Self {
+            method,
+            url: url.into(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            idempotent: None,
+        }
+    }
+
+    /// Marks the request idempotent (retried after a send failure or 502/503/504) or not.
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = Some(idempotent);
+        self
+    }
+
+    /// With this body.
+    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+}
+
+/// An answer, whatever its status.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: Bytes,
+    /// Attempts it took (1 = no retry).
+    pub attempts: u32,
+    /// Instance that answered.
+    pub instance: InstanceKey,
+}
+
+/// Resolves services through a registry [`Client`] and sends requests through the pipeline.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct HttpClient {
+    registry: Client,
+    config: HttpConfig,
+    targets: Arc<tokio::sync::Mutex<HashMap<String, Arc<Target>>>>,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+enum Attempt {
+    Answered(reqwest::Response),
+    Failed(Failure, String),
+}
+
+impl HttpClient {
+    /// A client over `registry`'s subscriptions.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidConfig`] listing every problem of `config.retry` and
+    /// `config.outlier`.
+    pub fn new(registry: Client, config: HttpConfig) -> Result<Self, crate::Error> {
+        let mut problems = config.retry.problems();
+        if let Some(Err(crate::Error::InvalidConfig { problems: more })) =
+            config.outlier.as_ref().map(|o| o.validate())
+        {
+            problems.extend(more);
+        }
+        if !problems.is_empty() {
+            return Err(crate::Error::InvalidConfig { problems });
+        }
+        Ok(Self {
+            registry,
+            config,
+            targets: Arc::new(tokio::sync::Mutex::new(HashMap::new())),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+
+    /// GET `url` (`http://<service>/path`).
+    ///
+    /// # Errors
+    /// See [`HttpClient::send`].
+    pub async fn get(&self, url: &str) -> Result<HttpResponse, RequestError> {
+        self.send(HttpRequest::new(Method::GET, url)).await
+    }
+
+    /// Sends `request` through the pipeline. An answer with any status is `Ok` (after retrying
+    /// 502/503/504 for idempotent requests).
+    ///
+    /// # Errors
+    /// [`RequestError::InvalidUrl`], [`RequestError::Resolve`] (first use of a service, the
+    /// registry unreachable), [`RequestError::NoInstance`], [`RequestError::Failed`] (the last
+    /// attempt got no answer).
+    pub async fn send(&self, request: HttpRequest) -> Result<HttpResponse, RequestError> {
+        let (service, path) = split_url(&request.url)?;
+        let target = self.target(&service).await?;
+        let idempotent = request
+            .idempotent
+            .unwrap_or_else(|| is_idempotent(&request.method));
+        let max_attempts = self.config.retry.max_attempts.max(1);
+        target.budget.deposit();
+        let mut tried: Vec<InstanceKey> = Vec::new();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let view = target.subscription.view();
+            let candidates = target.candidates(&view, &tried);
+            let Some(instance) = target.balancer.pick_from(&candidates) else {
+                return Err(RequestError::NoInstance { service });
+            };
+            let key = instance.key.clone();
+            target.balancer.started(&key);
+            let attempt = self.attempt(&target, &key, &request, &path).await;
+            target.balancer.finished(&key);
+            let failure = match &attempt {
+                Attempt::Answered(r) if r.status().is_server_error() => {
+                    Some(Failure::Status(r.status().as_u16()))
+                }
+                Attempt::Answered(_) => None,
+                Attempt::Failed(f, _) => Some(*f),
+            };
+            if let Some(d) = &target.detector {
+                let outcome = match failure {
+                    None => Outcome::Success,
+                    Some(Failure::Connect) => Outcome::ConnectFailure,
+                    Some(Failure::AfterSend) => Outcome::NetworkError,
+                    Some(Failure::Status(_)) => Outcome::ServerError,
+                };
+                d.record(&key, outcome, view.instances.len());
+                if d.is_ejected(&key) {
+                    target.drop_pool(&key);
+                }
+            }
+            let retry = failure.is_some_and(|f| {
+                attempts < max_attempts && may_retry(f, idempotent) && target.budget.withdraw()
+            });
+            if retry {
+                tried.push(key);
+                continue;
+            }
+            return match attempt {
+                Attempt::Answered(r) => self.answer(&target, key, r, attempts).await,
+                Attempt::Failed(failure, message) => Err(RequestError::Failed {
+                    failure,
+                    attempts,
+                    instance: key,
+                    message,
+                }),
+            };
+        }
+    }
+
+    async fn attempt(
+        &self,
+        target: &Target,
+        key: &InstanceKey,
+        request: &HttpRequest,
+        path: &str,
+    ) -> Attempt {
+        let url = format!("http://{}{path}", key.addr());
+        let sent = target
+            .pool(key)
+            .request(request.method.clone(), url)
+            .headers(request.headers.clone())
+            .body(request.body.clone())
+            .timeout(self.config.per_try_timeout())
+            .send()
+            .await;
+        match sent {
+            Ok(r) => Attempt::Answered(r),
+            Err(e) => Attempt::Failed(classify(&e), chain(&e)),
+        }
+    }
+
+    async fn answer(
+        &self,
+        target: &Target,
+        instance: InstanceKey,
+        r: reqwest::Response,
+        attempts: u32,
+    ) -> Result<HttpResponse, RequestError> {
+        if r.headers().contains_key(DRAINING_HEADER) {
+            target.mark_draining(&instance);
+        }
+        let status = r.status();
+        let headers = r.headers().clone();
+        match r.bytes().await {
+            Ok(body) => Ok(HttpResponse {
+                status,
+                headers,
+                body,
+                attempts,
+                instance,
+            }),
+            Err(e) => Err(RequestError::Failed {
+                failure: Failure::AfterSend,
+                attempts,
+                instance,
+                message: chain(&e),
+            }),
+        }
+    }
+
+    async fn target(&self, service: &str) -> Result<Arc<Target>, RequestError> {
+        let mut targets = self.targets.lock().await;
+        if let Some(t) = targets.get(service) {
+            return Ok(t.clone());
+        }
+        let key = ServiceKey::new(&self.config.namespace, &self.config.group, service);
+        let resolve = |source| RequestError::Resolve {
+            service: service.to_owned(),
+            source,
+        };
+        let mut subscription = self.registry.subscribe(key).await.map_err(resolve)?;
+        // A first request should not fail only because the first push is on its way.
+        let _ = subscription
+            .wait_for(|v| !v.instances.is_empty(), self.config.first_view_wait)
+            .await;
+        let target = Target::new(subscription, &self.config).map_err(resolve)?;
+        targets.insert(service.to_owned(), target.clone());
+        Ok(target)
+    }
+
+    /// Instances of `service` that hold a connection pool right now (diagnostics, tests).
+    pub async fn pooled(&self, service: &str) -> Vec<InstanceKey> {
+        self.targets
+            .lock()
+            .await
+            .get(service)
+            .map(|t| t.pooled())
+            .unwrap_or_default()
+    }
+
+    /// Instances of `service` ejected right now.
+    pub async fn ejected(&self, service: &str) -> Vec<InstanceKey> {
+        let targets = self.targets.lock().await;
+        let Some(t) = targets.get(service) else {
+            return Vec::new();
+        };
+        t.detector
+            .as_ref()
+            .map(|d| d.ejected().into_iter().map(|(k, _)| k).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// `http://service/path?q` -> ("service", "/path?q").
+fn split_url(url: &str) -> Result<(String, String), RequestError> {
+    let invalid = |reason: &str| RequestError::InvalidUrl {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let uri: Uri = url.parse().map_err(|_| invalid("not a URL"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(invalid("the scheme must be http"));
+    }
+    let host = uri
+        .host()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| invalid("no service name as host"))?;
+    gangway_core::validate::name("service", host).map_err(|e| invalid(&e.message))?;
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let path = if path.is_empty() { "/" } else { path };
+    Ok((host.to_owned(), path.to_owned()))
+}
+
+/// Connect-phase failures never reached the application.
+fn classify(e: &reqwest::Error) -> Failure {
+    if e.is_connect() {
+        Failure::Connect
+    } else {
+        Failure::AfterSend
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_the_service_as_host() {
+        assert_eq!(
+            split_url("http://orders/a/b?x=1").unwrap(),
+            ("orders".into(), "/a/b?x=1".into())
+        );
+        assert_eq!(
+            split_url("http://orders").unwrap(),
+            ("orders".into(), "/".into())
+        );
+        for bad in [
+            "https://orders/",
+            "orders/x",
+            "http:///x",
+            "http://bad name/",
+        ] {
+            assert!(
+                matches!(split_url(bad), Err(RequestError::InvalidUrl { .. })),
+                "{bad}"
+            );
+        }
+    }
+}

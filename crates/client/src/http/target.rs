@@ -1,0 +1,141 @@
+//! Per-service state of the HTTP client: subscription, balancer, budget, outlier detector and
+//! one connection pool per instance.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use gangway_core::model::{Instance, InstanceKey};
+use gangway_core::view::View;
+use tokio::time::Instant;
+
+use super::config::{DRAINING_HOLD, HttpConfig};
+use crate::Subscription;
+use crate::balance::{Balancer, pickable};
+use crate::outlier::OutlierDetector;
+use crate::retry::RetryBudget;
+
+pub(crate) struct Target {
+    pub(crate) subscription: Subscription,
+    pub(crate) balancer: Box<dyn Balancer>,
+    pub(crate) budget: RetryBudget,
+    pub(crate) detector: Option<OutlierDetector>,
+    pools: Mutex<HashMap<InstanceKey, reqwest::Client>>,
+    draining: Mutex<HashMap<InstanceKey, Instant>>,
+    config: HttpConfig,
+    watcher: tokio::task::AbortHandle,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Target {
+    /// Errors: an invalid outlier config (checked before in [`HttpClient::new`](super::HttpClient::new)).
+    pub(crate) fn new(
+        subscription: Subscription,
+        config: &HttpConfig,
+    ) -> Result<Arc<Self>, crate::Error> {
+        let detector = match config.outlier.clone() {
+            Some(c) => Some(OutlierDetector::new(subscription.service().clone(), c)?),
+            None => None,
+        };
+        Ok(Arc::new_cyclic(|weak: &std::sync::Weak<Target>| {
+            let weak = weak.clone();
+            let mut rx = subscription.receiver();
+            // Follows the view: instances that leave it lose their pool (idle connections
+            // close, none is reused), their draining mark and their outlier state.
+            let watcher = tokio::spawn(async move {
+                while rx.changed().await.is_ok() {
+                    let view = rx.borrow_and_update().clone();
+                    let Some(target) = weak.upgrade() else { break };
+                    target.forget_missing(&view);
+                }
+            })
+            .abort_handle();
+            Target {
+                balancer: config.balancer.build(),
+                budget: RetryBudget::new(&config.retry),
+                detector,
+                subscription,
+                pools: Mutex::new(HashMap::new()),
+                draining: Mutex::new(HashMap::new()),
+                config: config.clone(),
+                watcher,
+            }
+        }))
+    }
+
+    fn forget_missing(&self, view: &View) {
+        let live: Vec<InstanceKey> = view.instances.iter().map(|i| i.key.clone()).collect();
+        lock(&self.pools).retain(|k, _| live.contains(k));
+        lock(&self.draining).retain(|k, _| live.contains(k));
+        if let Some(d) = &self.detector {
+            d.retain(&live);
+        }
+    }
+
+    /// Candidates for the next attempt: pickable, not tried yet (unless nothing else is left),
+    /// not draining, admitted by the outlier detector.
+    pub(crate) fn candidates<'a>(
+        &self,
+        view: &'a View,
+        tried: &[InstanceKey],
+    ) -> Vec<&'a Instance> {
+        let now = Instant::now();
+        let draining = {
+            let mut d = lock(&self.draining);
+            d.retain(|_, since| now.duration_since(*since) < DRAINING_HOLD);
+            d.keys().cloned().collect::<Vec<_>>()
+        };
+        let all: Vec<&Instance> = pickable(view)
+            .into_iter()
+            .filter(|i| !draining.contains(&i.key))
+            .collect();
+        let fresh: Vec<&Instance> = all
+            .iter()
+            .copied()
+            .filter(|i| !tried.contains(&i.key))
+            .collect();
+        let base = if fresh.is_empty() { all } else { fresh };
+        match &self.detector {
+            Some(d) => d.admit(base),
+            None => base,
+        }
+    }
+
+    /// The pooled client of an instance, created on first use.
+    pub(crate) fn pool(&self, instance: &InstanceKey) -> reqwest::Client {
+        lock(&self.pools)
+            .entry(instance.clone())
+            .or_insert_with(|| {
+                reqwest::Client::builder()
+                    .pool_idle_timeout(self.config.pool_idle_timeout)
+                    .connect_timeout(self.config.connect_timeout)
+                    .build()
+                    .unwrap_or_default()
+            })
+            .clone()
+    }
+
+    /// Drops an instance's pool: its idle connections close once no request holds them.
+    pub(crate) fn drop_pool(&self, instance: &InstanceKey) {
+        lock(&self.pools).remove(instance);
+    }
+
+    /// The instance said it is draining: skip it and drop its connections.
+    pub(crate) fn mark_draining(&self, instance: &InstanceKey) {
+        lock(&self.draining).insert(instance.clone(), Instant::now());
+        self.drop_pool(instance);
+    }
+
+    /// Instances with a pool right now (for tests and diagnostics).
+    pub(crate) fn pooled(&self) -> Vec<InstanceKey> {
+        lock(&self.pools).keys().cloned().collect()
+    }
+}

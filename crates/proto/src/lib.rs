@@ -10,3 +10,10 @@
 pub mod v1 {
     tonic::include_proto!("gangway.v1");
 }
+
+/// The Nacos 2.x/3.x SDK gRPC protocol (`Payload` with a JSON body, dispatched on
+/// `Metadata.type`): the `Request` and `BiRequestStream` services, which have no proto package.
+#[allow(non_camel_case_types)]
+pub mod nacos {
+    tonic::include_proto!("_");
+}

@@ -1,5 +1,7 @@
 //! The gangway registry server: the engine ([`engine::Registry`]) behind REST (`/v1/`), the
-//! native gRPC session protocol, and Prometheus metrics.
+//! native gRPC session protocol, the Nacos naming protocols ([`nacos`]: v1/v3 HTTP under
+//! `/nacos/` on the HTTP port, the Nacos SDK gRPC services on the gRPC port), and Prometheus
+//! metrics.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -24,6 +26,7 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod nacos;
 
 pub use config::Config;
 pub use engine::Registry;
@@ -67,7 +70,9 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
 
-    let router = http::router(registry.clone(), prometheus);
+    let nacos = nacos::Nacos::new(registry.clone());
+    let router = http::router(registry.clone(), prometheus).merge(nacos::http::router(nacos.clone()));
+    let (nacos_request, nacos_bi_stream) = nacos::grpc::services(nacos);
     let mut http_stop = stopped.clone();
     let http_task = tokio::spawn(async move {
         axum::serve(
@@ -90,6 +95,8 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
             .http2_keepalive_timeout(Some(live.keepalive_timeout))
             .tcp_nodelay(true)
             .add_service(service)
+            .add_service(nacos_request)
+            .add_service(nacos_bi_stream)
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async move {
                 let _ = grpc_stop.wait_for(|s| *s).await;
             })

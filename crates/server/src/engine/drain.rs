@@ -84,6 +84,9 @@ impl Registry {
                 "{service} has no live subscriber: nothing to wait for"
             ));
         }
+        if let Some(note) = self.empty_list_note(service, key) {
+            notes.push(note);
+        }
         if !complete {
             notes.push(format!(
                 "timed out after {} ms with {} subscriber(s) behind revision {revision}",
@@ -100,5 +103,34 @@ impl Registry {
             laggards: progress.laggards,
             notes,
         })
+    }
+}
+
+impl Registry {
+    /// Nacos SDKs (Python and Go by default, Node always, Rust with its default empty-push
+    /// protection) ignore an instance list with no usable instance and keep their last one, so
+    /// when the drain left none, a Nacos subscriber's ack does not prove it dropped `key`.
+    fn empty_list_note(&self, service: &ServiceKey, key: &InstanceKey) -> Option<String> {
+        let nacos: Vec<String> = self
+            .subscribers(service)
+            .into_iter()
+            .filter(|s| s.client_name.starts_with(crate::nacos::CLIENT_NAME_PREFIX))
+            .map(|s| s.id)
+            .collect();
+        let usable = self
+            .view(service)
+            .instances
+            .iter()
+            .any(|i| i.healthy && i.weight > 0.0);
+        if nacos.is_empty() || usable {
+            return None;
+        }
+        Some(format!(
+            "{service} has no serving instance left, and Nacos SDKs ignore an empty instance list: \
+             the {} Nacos subscriber(s) ({}) acked, but keep {key} cached, so this drain cannot \
+             prove they dropped it (see docs/compat.md)",
+            nacos.len(),
+            nacos.join(", ")
+        ))
     }
 }

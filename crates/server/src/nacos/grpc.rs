@@ -1,0 +1,745 @@
+//! The Nacos 2.x/3.x SDK gRPC protocol: `Request/request` (unary) and
+//! `BiRequestStream/requestBiStream`, each message a `Payload` whose JSON body is dispatched on
+//! `metadata.type`.
+//!
+//! A *connection* is one HTTP/2 transport, recognised by its peer address: the unary calls and
+//! the stream of one client share it (as in Nacos's `AddressTransportFilter`). The
+//! `ConnectionSetupRequest` on the stream opens a gangway session for it; the connection's
+//! ephemeral instances and subscriptions belong to that session and go the moment the stream
+//! ends (process exit, kill, or the HTTP/2 keepalive timeout for a frozen peer). Naming requests
+//! on a connection without a session get error 301, which makes SDKs reconnect.
+//!
+//! Subscriptions become gangway subscribers: each push is a `NotifySubscriberRequest` on the
+//! stream with its own `requestId`; the client's `NotifySubscriberResponse` with that id is the
+//! ack of the pushed revision, which is what `gangway offline --wait` waits for.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::{Stream, StreamExt};
+use gangway_core::model::{DEFAULT_WEIGHT, Instance, InstanceKey, ProbeSpec, ServiceKey};
+use gangway_proto::nacos as pb;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use super::model::{json_string, split_grouped};
+use super::{CLIENT_NAME_PREFIX, Nacos};
+use crate::engine::{Liveness, LivenessRequest, SubscriberInfo, SubscriberKind};
+use crate::error::ApiError;
+
+/// Outbound buffer per connection stream, in messages.
+const OUTBOUND: usize = 256;
+/// Unacked push request ids remembered per connection before the oldest are forgotten.
+const MAX_PENDING: usize = 1024;
+
+/// Nacos error code: the server is starting.
+pub const INVALID_SERVER_STATUS: i32 = 300;
+/// Nacos error code: the connection is not registered (the client reconnects).
+pub const UN_REGISTER: i32 = 301;
+/// Nacos error code: no handler for the request type.
+pub const NO_HANDLER: i32 = 302;
+/// Nacos error code: invalid parameter.
+pub const INVALID_PARAM: i32 = 400;
+/// Nacos error code: the payload could not be parsed.
+pub const BAD_GATEWAY: i32 = 502;
+
+/// The abilities announced in `SetupAckRequest`.
+fn server_abilities() -> Value {
+    json!({
+        "supportPersistentInstanceByGrpc": true,
+        "supportDeltaPush": false,
+        "supportRemoteMetrics": false,
+        "fuzzyWatch": false,
+        "lock": false,
+        "mcp": false,
+        "agent": false,
+    })
+}
+
+/// The two tonic services, to add to the gRPC server.
+pub fn services(
+    nacos: Nacos,
+) -> (
+    pb::request_server::RequestServer<NacosGrpc>,
+    pb::bi_request_stream_server::BiRequestStreamServer<NacosGrpc>,
+) {
+    let svc = NacosGrpc { nacos };
+    (
+        pb::request_server::RequestServer::new(svc.clone()),
+        pb::bi_request_stream_server::BiRequestStreamServer::new(svc),
+    )
+}
+
+/// The tonic service implementing both Nacos gRPC services.
+#[derive(Clone)]
+pub struct NacosGrpc {
+    nacos: Nacos,
+}
+
+/// One Nacos gRPC connection (transport).
+pub struct Conn {
+    /// Nacos connection id: `<ms>_<ip>_<port>`.
+    pub id: String,
+    state: Mutex<ConnState>,
+}
+
+#[derive(Default)]
+struct ConnState {
+    /// The gangway session, once `ConnectionSetupRequest` arrived.
+    session: Option<String>,
+    client_name: String,
+    tx: Option<mpsc::Sender<pb::Payload>>,
+    subs: HashMap<ServiceKey, Sub>,
+    /// Push request id -> (subscriber id, revision pushed).
+    pending: HashMap<String, (String, u64)>,
+}
+
+struct Sub {
+    id: String,
+    task: tokio::task::AbortHandle,
+}
+
+impl Conn {
+    fn lock(&self) -> MutexGuard<'_, ConnState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A request refused: Nacos `errorCode` and message.
+#[derive(Debug)]
+struct Refusal {
+    code: i32,
+    message: String,
+}
+
+impl Refusal {
+    fn new(code: i32, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ApiError> for Refusal {
+    fn from(e: ApiError) -> Self {
+        let code = match &e {
+            ApiError::Invalid(_) | ApiError::Conflict { .. } | ApiError::MethodNotAllowed => {
+                INVALID_PARAM
+            }
+            ApiError::NotFound { .. } => 404,
+            ApiError::WarmingUp => INVALID_SERVER_STATUS,
+            ApiError::Store(_) => 500,
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+/// A payload of `ty` with `body` as JSON.
+pub fn payload(ty: &str, body: &Value) -> pb::Payload {
+    pb::Payload {
+        metadata: Some(pb::Metadata {
+            r#type: ty.to_owned(),
+            client_ip: String::new(),
+            headers: HashMap::new(),
+        }),
+        body: Some(pb::Any {
+            type_url: String::new(),
+            value: serde_json::to_vec(body).unwrap_or_default(),
+        }),
+    }
+}
+
+/// A successful response of `ty`: the common fields plus `extra`'s.
+fn ok(ty: &str, request_id: &str, extra: Value) -> pb::Payload {
+    let mut body = json!({
+        "resultCode": 200,
+        "errorCode": 0,
+        "success": true,
+        "requestId": request_id,
+    });
+    if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+        b.extend(e);
+    }
+    payload(ty, &body)
+}
+
+/// An `ErrorResponse`.
+fn error(request_id: &str, r: Refusal) -> pb::Payload {
+    payload(
+        "ErrorResponse",
+        &json!({
+            "resultCode": 500,
+            "errorCode": r.code,
+            "message": r.message,
+            "success": false,
+            "requestId": request_id,
+        }),
+    )
+}
+
+/// Fields every naming request carries.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct NamingRequest {
+    namespace: Option<String>,
+    service_name: Option<String>,
+    group_name: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    instance: Option<WireInstance>,
+    instances: Option<Vec<WireInstance>>,
+    cluster: Option<String>,
+    clusters: Option<String>,
+    healthy_only: Option<bool>,
+    /// The Python SDK's spelling.
+    health_only: Option<bool>,
+    subscribe: Option<bool>,
+    page_no: Option<u64>,
+    page_size: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireInstance {
+    #[serde(default)]
+    ip: String,
+    #[serde(default)]
+    port: i64,
+    weight: Option<f64>,
+    enabled: Option<bool>,
+    cluster_name: Option<String>,
+    metadata: Option<HashMap<String, Value>>,
+}
+
+impl NamingRequest {
+    fn service(&self) -> Result<ServiceKey, Refusal> {
+        let name = self.service_name.as_deref().unwrap_or("");
+        if name.is_empty() {
+            return Err(Refusal::new(INVALID_PARAM, "serviceName must not be empty"));
+        }
+        let (group, service) = split_grouped(name, self.group_name.as_deref());
+        let key = ServiceKey::new(self.namespace.as_deref().unwrap_or(""), &group, &service);
+        gangway_core::validate::service_key(&key).map_err(ApiError::from)?;
+        Ok(key)
+    }
+}
+
+impl WireInstance {
+    /// The gangway instance and whether it asked to be disabled.
+    fn to_instance(&self) -> Result<(Instance, bool), Refusal> {
+        let port = u32::try_from(self.port).unwrap_or(0);
+        let port = gangway_core::validate::port(port).map_err(ApiError::from)?;
+        let key = InstanceKey::new(&self.ip, port, self.cluster_name.as_deref().unwrap_or(""));
+        gangway_core::validate::instance_key(&key).map_err(ApiError::from)?;
+        let mut instance = Instance::new(key);
+        instance.weight = self.weight.unwrap_or(DEFAULT_WEIGHT);
+        instance.metadata = self
+            .metadata
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, json_string(v)))
+            .collect();
+        Ok((instance, self.enabled == Some(false)))
+    }
+}
+
+type BiStream = Pin<Box<dyn Stream<Item = Result<pb::Payload, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::request_server::Request for NacosGrpc {
+    async fn request(
+        &self,
+        request: tonic::Request<pb::Payload>,
+    ) -> Result<tonic::Response<pb::Payload>, Status> {
+        let peer = request.remote_addr();
+        let reply = self.nacos.unary(peer, request.into_inner()).await;
+        Ok(tonic::Response::new(reply))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::bi_request_stream_server::BiRequestStream for NacosGrpc {
+    type requestBiStreamStream = BiStream;
+
+    async fn request_bi_stream(
+        &self,
+        request: tonic::Request<Streaming<pb::Payload>>,
+    ) -> Result<tonic::Response<BiStream>, Status> {
+        let peer = request
+            .remote_addr()
+            .ok_or_else(|| Status::internal("no peer address"))?;
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(OUTBOUND);
+        tokio::spawn(self.nacos.clone().run_stream(peer, inbound, tx));
+        Ok(tonic::Response::new(Box::pin(
+            ReceiverStream::new(rx).map(Ok),
+        )))
+    }
+}
+
+fn body_of(p: &pb::Payload) -> Option<Value> {
+    let bytes = p.body.as_ref().map(|b| b.value.as_slice()).unwrap_or(b"{}");
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v @ Value::Object(_)) => Some(v),
+        _ => None,
+    }
+}
+
+fn type_of(p: &pb::Payload) -> &str {
+    p.metadata.as_ref().map(|m| m.r#type.as_str()).unwrap_or("")
+}
+
+impl Nacos {
+    fn conn_or_new(&self, peer: SocketAddr) -> Arc<Conn> {
+        let mut conns = self.conns();
+        conns
+            .entry(peer)
+            .or_insert_with(|| {
+                let ms = super::now_ms();
+                Arc::new(Conn {
+                    id: format!("{ms}_{}_{}", peer.ip(), peer.port()),
+                    state: Mutex::new(ConnState::default()),
+                })
+            })
+            .clone()
+    }
+
+    /// The connection of `peer` and its session, if set up.
+    fn registered(&self, peer: SocketAddr) -> Option<(Arc<Conn>, String)> {
+        let conn = self.conns().get(&peer).cloned()?;
+        let session = conn.lock().session.clone()?;
+        Some((conn, session))
+    }
+
+    /// Number of Nacos gRPC connections with a session.
+    pub fn connection_count(&self) -> usize {
+        self.conns()
+            .values()
+            .filter(|c| c.lock().session.is_some())
+            .count()
+    }
+
+    async fn unary(&self, peer: Option<SocketAddr>, p: pb::Payload) -> pb::Payload {
+        let ty = type_of(&p).to_owned();
+        let Some(body) = body_of(&p) else {
+            return error(
+                "",
+                Refusal::new(BAD_GATEWAY, "the payload body is not a JSON object"),
+            );
+        };
+        let rid = body
+            .get("requestId")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let Some(peer) = peer else {
+            return error(&rid, Refusal::new(500, "no peer address"));
+        };
+        match ty.as_str() {
+            "ServerCheckRequest" => {
+                let conn = self.conn_or_new(peer);
+                ok(
+                    "ServerCheckResponse",
+                    &rid,
+                    json!({"connectionId": conn.id, "supportAbilityNegotiation": true}),
+                )
+            }
+            "HealthCheckRequest" => match self.registered(peer) {
+                Some(_) => ok("HealthCheckResponse", &rid, json!({})),
+                None => error(&rid, Refusal::new(UN_REGISTER, "connection is not registered")),
+            },
+            "InstanceRequest"
+            | "BatchInstanceRequest"
+            | "PersistentInstanceRequest"
+            | "ServiceQueryRequest"
+            | "SubscribeServiceRequest"
+            | "ServiceListRequest" => {
+                let Some((conn, session)) = self.registered(peer) else {
+                    return error(
+                        &rid,
+                        Refusal::new(UN_REGISTER, "connection is not registered"),
+                    );
+                };
+                let request: NamingRequest = match serde_json::from_value(body) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        return error(
+                            &rid,
+                            Refusal::new(INVALID_PARAM, format!("malformed {ty}: {e}")),
+                        );
+                    }
+                };
+                match self.naming(&ty, request, &conn, &session, peer).await {
+                    Ok((reply_ty, extra)) => ok(reply_ty, &rid, extra),
+                    Err(r) => error(&rid, r),
+                }
+            }
+            other => error(
+                &rid,
+                Refusal::new(
+                    NO_HANDLER,
+                    format!(
+                        "gangway serves the Nacos naming service only; {other} is not supported \
+                         (config center, AI, lock and fuzzy watch are not), see docs/compat.md"
+                    ),
+                ),
+            ),
+        }
+    }
+
+    async fn naming(
+        &self,
+        ty: &str,
+        r: NamingRequest,
+        conn: &Arc<Conn>,
+        session: &str,
+        peer: SocketAddr,
+    ) -> Result<(&'static str, Value), Refusal> {
+        let registry = self.registry();
+        match ty {
+            "InstanceRequest" => {
+                let service = r.service()?;
+                let kind = r.kind.clone().unwrap_or_default();
+                let wire = r
+                    .instance
+                    .as_ref()
+                    .ok_or_else(|| Refusal::new(INVALID_PARAM, "instance is required"))?;
+                let (instance, disabled) = wire.to_instance()?;
+                match kind.as_str() {
+                    "registerInstance" => {
+                        self.register(service, instance, disabled, LivenessRequest::Session(session.to_owned()))
+                            .await?;
+                    }
+                    "deregisterInstance" => {
+                        // Nacos ignores a deregistration of what this connection does not own.
+                        match registry.deregister_on_session(session, &service, &instance.key) {
+                            Ok(_)
+                            | Err(ApiError::NotFound { .. })
+                            | Err(ApiError::Conflict { .. }) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    other => {
+                        return Err(Refusal::new(
+                            INVALID_PARAM,
+                            format!("unsupported InstanceRequest type {other:?}"),
+                        ));
+                    }
+                }
+                Ok(("InstanceResponse", json!({"type": kind})))
+            }
+            "BatchInstanceRequest" => {
+                let service = r.service()?;
+                let kind = r.kind.clone().unwrap_or_default();
+                if kind != "batchRegisterInstance" {
+                    return Err(Refusal::new(
+                        INVALID_PARAM,
+                        format!("unsupported BatchInstanceRequest type {kind:?}"),
+                    ));
+                }
+                let mut wanted = Vec::new();
+                for w in r.instances.as_deref().unwrap_or_default() {
+                    wanted.push(w.to_instance()?);
+                }
+                // The batch replaces what this connection holds in the service.
+                let (_, entries) = registry.entries(&service);
+                for e in entries {
+                    let owned = matches!(&e.liveness, Liveness::Session(s) if s == session);
+                    if owned && !wanted.iter().any(|(i, _)| i.key == e.instance.key) {
+                        let _ = registry.deregister_on_session(session, &service, &e.instance.key);
+                    }
+                }
+                for (instance, disabled) in wanted {
+                    self.register(
+                        service.clone(),
+                        instance,
+                        disabled,
+                        LivenessRequest::Session(session.to_owned()),
+                    )
+                    .await?;
+                }
+                Ok(("BatchInstanceResponse", json!({"type": kind})))
+            }
+            "PersistentInstanceRequest" => {
+                let service = r.service()?;
+                let kind = r.kind.clone().unwrap_or_default();
+                let wire = r
+                    .instance
+                    .as_ref()
+                    .ok_or_else(|| Refusal::new(INVALID_PARAM, "instance is required"))?;
+                let (instance, disabled) = wire.to_instance()?;
+                match kind.as_str() {
+                    "registerInstance" => {
+                        self.register(
+                            service,
+                            instance,
+                            disabled,
+                            LivenessRequest::Probe(ProbeSpec::default()),
+                        )
+                        .await?;
+                    }
+                    "deregisterInstance" => match registry.deregister(&service, &instance.key).await {
+                        Ok(_) | Err(ApiError::NotFound { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    },
+                    other => {
+                        return Err(Refusal::new(
+                            INVALID_PARAM,
+                            format!("unsupported PersistentInstanceRequest type {other:?}"),
+                        ));
+                    }
+                }
+                Ok(("InstanceResponse", json!({"type": kind})))
+            }
+            "ServiceQueryRequest" => {
+                let service = r.service()?;
+                let healthy_only = r.healthy_only.or(r.health_only).unwrap_or(false);
+                let clusters = r.cluster.clone().unwrap_or_default();
+                let (_, info) = self.service_info(&service, &clusters, healthy_only, false);
+                Ok(("QueryServiceResponse", json!({"serviceInfo": info})))
+            }
+            "SubscribeServiceRequest" => {
+                let service = r.service()?;
+                let clusters = r.clusters.clone().unwrap_or_default();
+                if r.subscribe.unwrap_or(true) {
+                    self.subscribe(conn, session, &service, &clusters, peer)?;
+                } else {
+                    let sub = conn.lock().subs.remove(&service);
+                    if let Some(sub) = sub {
+                        sub.task.abort();
+                        registry.unsubscribe(&sub.id);
+                    }
+                }
+                let (_, info) = self.service_info(&service, &clusters, false, false);
+                Ok(("SubscribeServiceResponse", json!({"serviceInfo": info})))
+            }
+            "ServiceListRequest" => {
+                let namespace = r.namespace.as_deref().filter(|n| !n.is_empty());
+                let group = r.group_name.as_deref().filter(|g| !g.is_empty());
+                let (count, names) = super::http::service_page(
+                    self,
+                    namespace.unwrap_or(gangway_core::model::DEFAULT_NAMESPACE),
+                    group.unwrap_or(gangway_core::model::DEFAULT_GROUP),
+                    r.page_no.unwrap_or(1).max(1),
+                    r.page_size.unwrap_or(10),
+                );
+                Ok((
+                    "ServiceListResponse",
+                    json!({"count": count, "serviceNames": names}),
+                ))
+            }
+            _ => Err(Refusal::new(NO_HANDLER, format!("no handler for {ty}"))),
+        }
+    }
+
+    async fn register(
+        &self,
+        service: ServiceKey,
+        instance: Instance,
+        disabled: bool,
+        liveness: LivenessRequest,
+    ) -> Result<(), Refusal> {
+        let key = instance.key.clone();
+        let registry = self.registry();
+        registry.register(service.clone(), instance, liveness).await?;
+        if disabled {
+            registry.set_enabled(&service, &key, false).await?;
+        }
+        Ok(())
+    }
+
+    fn subscribe(
+        &self,
+        conn: &Arc<Conn>,
+        session: &str,
+        service: &ServiceKey,
+        clusters: &str,
+        peer: SocketAddr,
+    ) -> Result<(), Refusal> {
+        let mut st = conn.lock();
+        if st.subs.contains_key(service) {
+            return Ok(());
+        }
+        let Some(tx) = st.tx.clone() else {
+            return Err(Refusal::new(UN_REGISTER, "connection has no stream"));
+        };
+        let info = SubscriberInfo {
+            kind: SubscriberKind::Session,
+            address: peer.to_string(),
+            client_name: st.client_name.clone(),
+            session: Some(session.to_owned()),
+        };
+        let (sub, rx) = self.registry().subscribe(service, info)?;
+        let pushes = self.registry().pushes(sub.clone(), rx);
+        let nacos = self.clone();
+        let conn2 = conn.clone();
+        let key = service.clone();
+        let clusters = clusters.to_owned();
+        let sub_id = sub.clone();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(pushes);
+            while let Some(snapshot) = pushes.next().await {
+                let (_, info) = nacos.service_info(&key, &clusters, false, false);
+                let rid = format!("push-{}", nacos.next_id());
+                {
+                    let mut st = conn2.lock();
+                    if st.pending.len() >= MAX_PENDING {
+                        st.pending.clear();
+                    }
+                    st.pending
+                        .insert(rid.clone(), (sub_id.clone(), snapshot.view.revision));
+                }
+                let body = json!({
+                    "requestId": rid,
+                    "headers": {},
+                    "module": "naming",
+                    "namespace": key.namespace,
+                    "serviceName": key.service,
+                    "groupName": key.group,
+                    "serviceInfo": info,
+                });
+                if tx.send(payload("NotifySubscriberRequest", &body)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        st.subs.insert(
+            service.clone(),
+            Sub {
+                id: sub,
+                task: task.abort_handle(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn run_stream(
+        self,
+        peer: SocketAddr,
+        mut inbound: Streaming<pb::Payload>,
+        tx: mpsc::Sender<pb::Payload>,
+    ) {
+        let mut conn: Option<Arc<Conn>> = None;
+        loop {
+            tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(p)) => self.on_stream(peer, p, &tx, &mut conn).await,
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(%peer, %status, "nacos stream failed");
+                        break;
+                    }
+                },
+                _ = tx.closed() => break,
+            }
+        }
+        if let Some(conn) = conn {
+            self.close(peer, &conn);
+        }
+    }
+
+    async fn on_stream(
+        &self,
+        peer: SocketAddr,
+        p: pb::Payload,
+        tx: &mpsc::Sender<pb::Payload>,
+        conn: &mut Option<Arc<Conn>>,
+    ) {
+        let ty = type_of(&p).to_owned();
+        let Some(body) = body_of(&p) else {
+            tracing::debug!(%peer, %ty, "nacos stream message without a JSON body");
+            return;
+        };
+        match ty.as_str() {
+            "ConnectionSetupRequest" => {
+                let c = self.conn_or_new(peer);
+                let label = |k: &str| {
+                    body.get("labels")
+                        .and_then(|l| l.get(k))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                let version = body
+                    .get("clientVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                let app = label("AppName");
+                let client_name = [CLIENT_NAME_PREFIX.to_owned() + "-grpc", version, app]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                {
+                    let mut st = c.lock();
+                    if st.session.is_none() {
+                        let session = self
+                            .registry()
+                            .open_session(peer.to_string(), client_name.clone());
+                        tracing::debug!(%peer, session, client = %client_name, "nacos connection set up");
+                        st.session = Some(session);
+                    }
+                    st.client_name = client_name;
+                    st.tx = Some(tx.clone());
+                }
+                *conn = Some(c);
+                let ack = json!({
+                    "requestId": format!("setup-{}", self.next_id()),
+                    "headers": {},
+                    "module": "internal",
+                    "abilityTable": server_abilities(),
+                });
+                let _ = tx.send(payload("SetupAckRequest", &ack)).await;
+            }
+            "NotifySubscriberResponse" => {
+                let Some(c) = conn.as_ref() else { return };
+                let rid = body.get("requestId").and_then(Value::as_str).unwrap_or("");
+                let success = body
+                    .get("resultCode")
+                    .and_then(Value::as_i64)
+                    .is_none_or(|code| code == 200);
+                let pending = c.lock().pending.remove(rid);
+                if let (Some((sub, revision)), true) = (pending, success) {
+                    self.registry().ack(&sub, revision);
+                }
+            }
+            // Answers to what the server sent (setup ack, detection, reset): nothing to do.
+            _ => tracing::trace!(%peer, %ty, "nacos stream message ignored"),
+        }
+    }
+
+    /// Ends a connection: its subscriptions, then its session (its instances go at once).
+    fn close(&self, peer: SocketAddr, conn: &Arc<Conn>) {
+        let (subs, session) = {
+            let mut st = conn.lock();
+            st.tx = None;
+            st.pending.clear();
+            (
+                std::mem::take(&mut st.subs),
+                st.session.take(),
+            )
+        };
+        for (_, sub) in subs {
+            sub.task.abort();
+            self.registry().unsubscribe(&sub.id);
+        }
+        if let Some(session) = session {
+            self.registry().close_session(&session);
+            tracing::debug!(%peer, session, "nacos connection closed");
+        }
+        let mut conns = self.conns();
+        if conns.get(&peer).is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            conns.remove(&peer);
+        }
+    }
+}

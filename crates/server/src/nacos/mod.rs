@@ -1,0 +1,144 @@
+//! Nacos wire compatibility (docs/compat.md): the v1 naming HTTP Open API and the v3 client and
+//! admin instance paths on the HTTP port ([`http`]), and the Nacos 2.x/3.x SDK gRPC protocol on
+//! the gRPC port ([`grpc`]). Both sit on the same [`Registry`] as the native APIs: an instance
+//! registered by a Nacos client is a gangway instance, a Nacos subscriber is a gangway
+//! subscriber (acks included), and a drain waits for Nacos consumers like any other.
+//!
+//! ```no_run
+//! # async fn demo(registry: gangway_server::Registry) {
+//! let nacos = gangway_server::nacos::Nacos::new(registry);
+//! let router = gangway_server::nacos::http::router(nacos.clone());
+//! let (request, bi_stream) = gangway_server::nacos::grpc::services(nacos);
+//! # let _ = (router, request, bi_stream);
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gangway_core::model::ServiceKey;
+
+use crate::engine::Registry;
+
+pub mod grpc;
+pub mod http;
+pub mod model;
+
+use model::{ServiceInfo, cluster_list, grouped, nacos_instance, select};
+
+/// Prefix of the `client_name` of every subscriber that came through a Nacos protocol; the
+/// drain uses it to warn that Nacos SDKs ignore empty instance lists.
+pub const CLIENT_NAME_PREFIX: &str = "nacos";
+
+/// The Nacos layer's shared state: the registry, the per-service `lastRefTime` clock and the
+/// gRPC connections. Cheap to clone.
+#[derive(Clone)]
+pub struct Nacos {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    /// Last `lastRefTime` handed out per service.
+    ref_times: Mutex<HashMap<ServiceKey, u64>>,
+    /// gRPC connections by transport (peer address): unary calls and the stream share it.
+    conns: Mutex<HashMap<SocketAddr, Arc<grpc::Conn>>>,
+    next_id: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Nacos {
+    /// The Nacos layer over `registry`.
+    pub fn new(registry: Registry) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                registry,
+                ref_times: Mutex::new(HashMap::new()),
+                conns: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The registry behind it.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    fn conns(&self) -> MutexGuard<'_, HashMap<SocketAddr, Arc<grpc::Conn>>> {
+        self.inner
+            .conns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn next_id(&self) -> u64 {
+        self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A `lastRefTime` for `service`: the wall clock in ms, but always greater than any value
+    /// handed out before for the same service (SDKs drop data whose value did not grow).
+    pub fn ref_time(&self, service: &ServiceKey) -> u64 {
+        let mut times = self
+            .inner
+            .ref_times
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let last = times.entry(service.clone()).or_insert(0);
+        *last = now_ms().max(*last + 1);
+        *last
+    }
+
+    /// The ServiceInfo a Nacos client gets for `service` now, and the registry revision it was
+    /// read at. `grouped_name`: v1 answers `group@@svc` in `name`, gRPC the bare name.
+    pub fn service_info(
+        &self,
+        service: &ServiceKey,
+        clusters: &str,
+        healthy_only: bool,
+        grouped_name: bool,
+    ) -> (u64, ServiceInfo) {
+        let registry = self.registry();
+        let threshold = registry
+            .settings(service)
+            .map(|s| s.protect_threshold)
+            .unwrap_or(0.0);
+        let (revision, entries) = registry.entries(service);
+        let wanted = cluster_list(clusters);
+        let (picked, reach) = select(&entries, &wanted, healthy_only, threshold);
+        let hosts = picked
+            .into_iter()
+            .map(|e| nacos_instance(service, e, reach))
+            .collect();
+        let info = ServiceInfo {
+            name: if grouped_name {
+                grouped(service)
+            } else {
+                service.service.clone()
+            },
+            group_name: service.group.clone(),
+            clusters: clusters.to_owned(),
+            cache_millis: model::CACHE_MILLIS,
+            hosts,
+            last_ref_time: self.ref_time(service),
+            checksum: "",
+            all_ips_2x: false,
+            all_ips: false,
+            reach_protection_threshold: reach,
+            valid: true,
+        };
+        (revision, info)
+    }
+}
+
+#[cfg(test)]
+mod tests;

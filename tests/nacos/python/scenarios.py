@@ -1,0 +1,181 @@
+"""Drives the published nacos-sdk-python (gRPC) against a running gangway server.
+
+    python scenarios.py basic    HTTP_ADDR SERVICE
+    python scenarios.py holder   HTTP_ADDR SERVICE IP PORT   # registers, prints READY, waits
+    python scenarios.py consumer HTTP_ADDR SERVICE           # subscribes, prints each change
+
+`basic` asserts and exits non-zero on the first failure; the others are steered by
+tests/nacos/run.py (signals, timing). Everything printed is one line per event, flushed.
+The SDK refuses to start without a non-loopback IPv4 address on the host (run.py/test.sh add
+192.0.2.10/32 on lo when missing); it still talks only to HTTP_ADDR.
+"""
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+
+from v2.nacos import (
+    ClientConfigBuilder,
+    DeregisterInstanceParam,
+    GRPCConfig,
+    ListInstanceParam,
+    ListServiceParam,
+    NacosNamingService,
+    RegisterInstanceParam,
+    SubscribeServiceParam,
+)
+
+STEP_TIMEOUT = 15.0
+
+
+def say(*parts):
+    print(*parts, flush=True)
+
+
+def fail(msg):
+    say(f"FAIL python nacos-sdk: {msg}")
+    sys.exit(1)
+
+
+async def client(addr):
+    scratch = os.environ.get("NACOS_SCRATCH") or tempfile.mkdtemp(prefix="nacos-py-")
+    cfg = (
+        ClientConfigBuilder()
+        .server_address(addr)
+        .log_level("WARNING")
+        .log_dir(os.path.join(scratch, "logs"))
+        .cache_dir(os.path.join(scratch, f"cache-{os.getpid()}-{time.monotonic_ns()}"))
+        .grpc_config(GRPCConfig(grpc_timeout=5000))
+        .build()
+    )
+    return await NacosNamingService.create_naming_service(cfg)
+
+
+def reg(service, ip, port, **kw):
+    return RegisterInstanceParam(service_name=service, ip=ip, port=port, **kw)
+
+
+async def addrs(ns, service):
+    got = await ns.list_instances(
+        ListInstanceParam(service_name=service, subscribe=False, healthy_only=None)
+    )
+    return sorted(f"{i.ip}:{i.port}" for i in got), got
+
+
+async def until(pred, what, timeout=STEP_TIMEOUT):
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if await pred():
+            return time.monotonic() - start
+        await asyncio.sleep(0.05)
+    fail(f"timed out after {timeout}s waiting for {what}")
+
+
+async def basic(addr, service):
+    a = await client(addr)
+    b = await client(addr)
+    c = await client(addr)
+    seen = []
+
+    async def on_change(instances):
+        seen.append(sorted(f"{i.ip}:{i.port}" for i in instances))
+
+    # Subscribe before anything is cached: the SDK calls back only on a change of its cache.
+    await c.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+    ok = await a.register_instance(reg(service, "10.2.0.1", 8001, metadata={"v": "1"}))
+    ok = ok and await b.register_instance(reg(service, "10.2.0.2", 8002))
+    if not ok:
+        fail("register_instance returned False")
+    async def listed_both():
+        got, _ = await addrs(c, service)
+        return got == ["10.2.0.1:8001", "10.2.0.2:8002"]
+
+    # list_instances answers from the subscription's cache, which the push refreshes.
+    took = await until(listed_both, "both instances in list_instances")
+    say(f"ok register two ephemeral instances (two clients), list shows both ({took * 1000:.0f} ms)")
+
+    async def pushed_both():
+        return any(s == ["10.2.0.1:8001", "10.2.0.2:8002"] for s in seen)
+
+    await until(pushed_both, "the subscription's first list")
+    t0 = time.monotonic()
+    await b.deregister_instance(
+        DeregisterInstanceParam(service_name=service, ip="10.2.0.2", port=8002)
+    )
+
+    async def pushed_one():
+        return bool(seen) and seen[-1] == ["10.2.0.1:8001"]
+
+    await until(pushed_one, "the push without the deregistered instance")
+    say(f"ok subscriber pushed the deregistration ({(time.monotonic() - t0) * 1000:.0f} ms)")
+
+    await a.update_instance(reg(service, "10.2.0.1", 8001, weight=3.0, metadata={"v": "2"}))
+
+    async def updated():
+        _, insts = await addrs(c, service)
+        return len(insts) == 1 and insts[0].weight == 3.0 and insts[0].metadata.get("v") == "2"
+
+    await until(updated, "weight 3 and metadata v=2")
+    say("ok update_instance changed weight and metadata")
+
+    persistent = service + "-persistent"
+    await a.register_instance(reg(persistent, "10.2.0.9", 8009, ephemeral=False))
+    async def listed_persistent():
+        got, insts = await addrs(c, persistent)
+        return got == ["10.2.0.9:8009"] and not insts[0].ephemeral
+
+    await until(listed_persistent, "the persistent instance, ephemeral=false, in list_instances")
+    say("ok persistent instance registered (ephemeral=false)")
+
+    services = await c.list_services(ListServiceParam(page_size=100))
+    if service not in services.services or persistent not in services.services:
+        fail(f"list_services: {services}")
+    say(f"ok list_services: count={services.count}")
+
+    await a.deregister_instance(
+        DeregisterInstanceParam(service_name=persistent, ip="10.2.0.9", port=8009, ephemeral=False)
+    )
+    # The SDK ignores an empty list (update_cache_when_empty=False): ask a fresh client.
+    d = await client(addr)
+    got, _ = await addrs(d, persistent)
+    if got:
+        fail(f"persistent instance still listed after deregistration: {got}")
+    say("ok persistent instance deregistered")
+    for ns in (a, b, c, d):
+        await ns.shutdown()
+    say("PASS python nacos-sdk basic")
+
+
+async def holder(addr, service, ip, port):
+    ns = await client(addr)
+    if not await ns.register_instance(reg(service, ip, int(port))):
+        fail("register_instance returned False")
+    say("READY")
+    while True:
+        await asyncio.sleep(3600)
+
+
+async def consumer(addr, service):
+    ns = await client(addr)
+
+    async def on_change(instances):
+        hosts = sorted(f"{i.ip}:{i.port}" for i in instances)
+        say(json.dumps({"t": time.time(), "hosts": hosts}))
+
+    await ns.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+    say("READY")
+    while True:
+        await asyncio.sleep(3600)
+
+
+def main():
+    mode, args = sys.argv[1], sys.argv[2:]
+    run = {"basic": basic, "holder": holder, "consumer": consumer}[mode]
+    asyncio.run(asyncio.wait_for(run(*args), None if mode != "basic" else 120))
+
+
+if __name__ == "__main__":
+    main()

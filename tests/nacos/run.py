@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""Runs the published Nacos clients against a real `gangway server` and checks what they see.
+
+    python3 tests/nacos/run.py [--only NAME ...]
+
+Needs (scripts/test.sh installs them): target/debug/gangway (or $GANGWAY_BIN), the venv
+tests/nacos/python/.venv with nacos-sdk-python 3.2.0, tests/nacos/node/node_modules with
+npm `nacos` 2.6.3, and the built tests/nacos/rust driver (nacos-sdk 0.8.3). Standard library
+only. Talks to 127.0.0.1 only. Prints one line per check with what it measured; exits 1 if any
+scenario failed.
+"""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+GANGWAY = os.environ.get("GANGWAY_BIN", os.path.join(ROOT, "target", "debug", "gangway"))
+PYTHON = os.path.join(HERE, "python", ".venv", "bin", "python")
+RUST_DRIVER = os.environ.get(
+    "NACOS_RUST_DRIVER",
+    os.path.join(ROOT, "target", "nacos-rust", "debug", "gangway-nacos-rust-check"),
+)
+
+# Short server timings keep the run fast. The Node client's first beat comes 10 s after it
+# starts, so the lease TTL must exceed that.
+TTL_MS = 12_000
+DELETE_MS = 14_000
+KEEPALIVE_INTERVAL_MS = 500
+KEEPALIVE_TIMEOUT_MS = 3_000
+
+
+class Failed(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failed(msg)
+
+
+def free_pair():
+    """An HTTP port P with P+1000 also free (Nacos SDKs derive the gRPC port that way)."""
+    for _ in range(200):
+        p = random.randint(20000, 40000)
+        socks = []
+        try:
+            for port in (p, p + 1000):
+                s = socket.socket()
+                s.bind(("127.0.0.1", port))
+                socks.append(s)
+            return p
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port pair")
+
+
+class Server:
+    def __init__(self, scratch):
+        self.port = free_pair()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.log = open(os.path.join(scratch, "gangway.log"), "w")
+        self.proc = subprocess.Popen(
+            [
+                GANGWAY, "server",
+                "--http", self.addr,
+                "--grpc", f"127.0.0.1:{self.port + 1000}",
+                "--data-dir", os.path.join(scratch, "data"),
+                "--warmup", "0s",
+                "--lease-ttl", f"{TTL_MS}ms",
+                "--lease-delete-timeout", f"{DELETE_MS}ms",
+                "--keepalive-interval", f"{KEEPALIVE_INTERVAL_MS}ms",
+                "--keepalive-timeout", f"{KEEPALIVE_TIMEOUT_MS}ms",
+                "--log", "info,gangway_server::nacos=debug",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if self.get("/v1/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("gangway server did not come up")
+
+    def request(self, method, path, params=None, body=None, headers=None):
+        url = f"http://{self.addr}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        data = body.encode() if isinstance(body, str) else body
+        req = urllib.request.Request(url, method=method, data=data, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def get(self, path, params=None):
+        return self.request("GET", path, params)
+
+    def v1_hosts(self, service):
+        status, body = self.get("/nacos/v1/ns/instance/list", {"serviceName": service})
+        check(status == 200, f"v1 list {service}: {status} {body}")
+        return json.loads(body)["hosts"]
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+class Child:
+    """A client process whose stdout lines are collected with their arrival time."""
+
+    def __init__(self, argv, cwd, env=None):
+        self.lines = []
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def wait_line(self, pred, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for t, line in list(self.lines):
+                if pred(line):
+                    return t, line
+            if self.proc.poll() is not None and not any(pred(l) for _, l in self.lines):
+                break
+            time.sleep(0.02)
+        raise Failed(f"no expected line; output so far: {[l for _, l in self.lines][-15:]}")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def python_child(server, scratch, *args):
+    env = dict(os.environ, NACOS_SCRATCH=scratch)
+    return Child([PYTHON, "scenarios.py", *args], os.path.join(HERE, "python"), env)
+
+
+def node_child(*args):
+    return Child(["node", "scenarios.js", *args], os.path.join(HERE, "node"))
+
+
+def wait_until(pred, timeout, step=0.01):
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if pred():
+            return time.monotonic() - start
+        time.sleep(step)
+    return None
+
+
+def run_to_end(child, timeout, label):
+    try:
+        child.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise Failed(f"{label} did not finish within {timeout}s: {[l for _, l in child.lines][-15:]}")
+    time.sleep(0.1)
+    out = [l for _, l in child.lines]
+    for line in out:
+        if line.startswith("ok ") or line.startswith("PASS"):
+            print(f"    {line}")
+    check(child.proc.returncode == 0, f"{label} exited {child.proc.returncode}: {out[-15:]}")
+
+
+# --- scenarios -------------------------------------------------------------------------------
+
+
+def python_basic(server, scratch):
+    """Python SDK: register two, list, subscribe + deregistration push, update, persistent, services."""
+    run_to_end(python_child(server, scratch, "basic", server.addr, "py-basic"), 120, "python basic")
+
+
+def python_sigkill(server, scratch):
+    """A Python client holding a registration is SIGKILLed: gone from the list within 1 s."""
+    c = python_child(server, scratch, "holder", server.addr, "py-kill", "10.5.0.1", "9001")
+    try:
+        c.wait_line(lambda l: l == "READY")
+        check(len(server.v1_hosts("py-kill")) == 1, "holder's instance not listed")
+        t0 = time.monotonic()
+        c.proc.send_signal(signal.SIGKILL)
+        took = wait_until(lambda: not server.v1_hosts("py-kill"), 5)
+        check(took is not None, "instance still listed 5 s after SIGKILL")
+        print(f"    SIGKILL -> gone from the list in {took * 1000:.0f} ms (limit 1000 ms)")
+        check(took < 1.0, f"took {took:.3f} s")
+    finally:
+        c.kill()
+
+
+def python_sigstop(server, scratch):
+    """A Python client holding a registration is frozen (SIGSTOP): gone within keepalive timeout + 1 s."""
+    c = python_child(server, scratch, "holder", server.addr, "py-stop", "10.5.0.2", "9002")
+    try:
+        c.wait_line(lambda l: l == "READY")
+        check(len(server.v1_hosts("py-stop")) == 1, "holder's instance not listed")
+        t0 = time.monotonic()
+        c.proc.send_signal(signal.SIGSTOP)
+        limit = KEEPALIVE_TIMEOUT_MS / 1000 + 1
+        took = wait_until(lambda: not server.v1_hosts("py-stop"), limit + 5, 0.05)
+        check(took is not None, f"instance still listed {limit + 5} s after SIGSTOP")
+        print(
+            f"    SIGSTOP -> gone from the list in {took * 1000:.0f} ms "
+            f"(keepalive {KEEPALIVE_INTERVAL_MS}/{KEEPALIVE_TIMEOUT_MS} ms; limit {limit * 1000:.0f} ms)"
+        )
+        check(took <= limit, f"took {took:.3f} s")
+    finally:
+        c.proc.send_signal(signal.SIGCONT)
+        c.kill()
+
+
+def gangway_cli(server, *args, timeout=60):
+    p = subprocess.run(
+        [GANGWAY, *args, "--server", server.addr, "--json"],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    return p.returncode, p.stdout, p.stderr, time.time()
+
+
+def cross_protocol_drain(server, scratch):
+    """Python consumer subscribed; `gangway offline --wait` of a native instance waits for its ack."""
+    svc = "xdrain"
+    for ip, port in (("10.6.0.1", 9101), ("10.6.0.2", 9102)):
+        status, body = server.request(
+            "POST", f"/v1/services/{svc}/instances",
+            body=json.dumps({"ip": ip, "port": port, "ttl_ms": 600000, "delete_timeout_ms": 600000}),
+            headers={"Content-Type": "application/json"},
+        )
+        check(status in (200, 201), f"native register: {status} {body}")
+    c = python_child(server, scratch, "consumer", server.addr, svc)
+    try:
+        def hosts_line(want):
+            def pred(line):
+                return line.startswith("{") and json.loads(line)["hosts"] == want
+            return pred
+
+        c.wait_line(lambda l: l == "READY")
+        c.wait_line(hosts_line(["10.6.0.1:9101", "10.6.0.2:9102"]))
+        status, body = server.get(f"/v1/services/{svc}/subscribers")
+        subs = json.loads(body)["subscribers"]
+        nacos_subs = [s for s in subs if s["client_name"].startswith("nacos-grpc")]
+        check(len(nacos_subs) == 1, f"subscribers: {subs}")
+        sub_id = nacos_subs[0]["id"]
+        print(f"    subscriber {sub_id} client_name={nacos_subs[0]['client_name']!r}")
+
+        # Frozen consumer: the drain must not complete, and must name it as a laggard.
+        c.proc.send_signal(signal.SIGSTOP)
+        try:
+            code, out, err, _ = gangway_cli(
+                server, "offline", svc, "10.6.0.1:9101", "--wait", "--timeout", "1500ms"
+            )
+        finally:
+            c.proc.send_signal(signal.SIGCONT)
+        check(code == 3, f"drain with a frozen Nacos consumer exited {code}: {out} {err}")
+        report = json.loads(out)
+        check(
+            any(l["id"] == sub_id for l in report["laggards"]),
+            f"frozen consumer not among laggards: {report}",
+        )
+        print(f"    frozen consumer: drain timed out (exit 3), laggards {[l['id'] for l in report['laggards']]}")
+
+        # Thawed: a new drain completes once the Python client acked, and lists it as acked.
+        t0 = time.time()
+        code, out, err, t_end = gangway_cli(
+            server, "offline", svc, "10.6.0.1:9101", "--wait", "--timeout", "20"
+        )
+        check(code == 0, f"drain exited {code}: {out} {err}")
+        report = json.loads(out)
+        check(report["complete"], f"drain not complete: {report}")
+        acked = [a for a in report["acked"] if a["id"] == sub_id]
+        check(acked and acked[0]["acked_revision"] >= report["revision"], f"acked: {report}")
+        t_seen, _ = c.wait_line(hosts_line(["10.6.0.2:9102"]), timeout=5)
+        check(t_seen <= t_end, "the consumer applied the list after the drain returned")
+        print(
+            f"    drain complete in {report['waited_ms']} ms; Python consumer {sub_id} acked "
+            f"revision {acked[0]['acked_revision']} >= {report['revision']}; it applied the new list "
+            f"{(t_seen - t0) * 1000:.0f} ms after the drain started, before the drain returned"
+        )
+
+        # The last instance: Nacos SDKs ignore empty lists, so the drain must say so.
+        code, out, err, _ = gangway_cli(
+            server, "offline", svc, "10.6.0.2:9102", "--wait", "--force", "--timeout", "10"
+        )
+        check(code == 0, f"forced drain exited {code}: {out} {err}")
+        notes = json.loads(out).get("notes", [])
+        check(any("ignore an empty instance list" in n for n in notes), f"notes: {notes}")
+        print(f"    last instance: drain notes {notes}")
+    finally:
+        c.kill()
+
+
+def node_basic(server, scratch):
+    """npm nacos (v1): register, beats past the TTL, list, polling subscription, deregister."""
+    run_to_end(node_child("basic", server.addr, "node-basic", str(TTL_MS)), 90, "node basic")
+
+
+def node_killed(server, scratch):
+    """A killed Node client's instance: unhealthy after the TTL, deleted after the delete timeout."""
+    c = node_child("holder", server.addr, "node-kill", "10.7.0.1", "7101")
+    try:
+        t_ready, _ = c.wait_line(lambda l: l == "READY")
+        c.proc.send_signal(signal.SIGKILL)
+        # The registration itself was the last sign of life (the client's first beat comes later).
+        t_unhealthy = t_deleted = None
+        deadline = time.time() + DELETE_MS / 1000 + 6
+        while time.time() < deadline and t_deleted is None:
+            hosts = server.v1_hosts("node-kill")
+            now = time.time()
+            if hosts and not hosts[0]["healthy"] and t_unhealthy is None:
+                t_unhealthy = now
+            if not hosts:
+                t_deleted = now
+            time.sleep(0.05)
+        check(t_unhealthy is not None, "never reported unhealthy")
+        check(t_deleted is not None, "never deleted")
+        u, d = t_unhealthy - t_ready, t_deleted - t_ready
+        print(
+            f"    killed Node client: unhealthy after {u * 1000:.0f} ms (TTL {TTL_MS}), "
+            f"deleted after {d * 1000:.0f} ms (delete timeout {DELETE_MS})"
+        )
+        check(TTL_MS / 1000 - 0.5 <= u <= TTL_MS / 1000 + 1.5, f"unhealthy at {u:.2f} s")
+        check(DELETE_MS / 1000 - 0.5 <= d <= DELETE_MS / 1000 + 1.5, f"deleted at {d:.2f} s")
+    finally:
+        c.kill()
+
+
+def rust_sdk(server, scratch):
+    """crates.io nacos-sdk (gRPC): subscribe, batch register, push, deregister, service list."""
+    c = Child([RUST_DRIVER, server.addr, str(server.port + 1000), "rust-svc"], HERE,
+              dict(os.environ, HOME=scratch))
+    run_to_end(c, 90, "rust nacos-sdk")
+
+
+MALFORMED = [
+    # (method, path, params, the parameter the error must name)
+    ("POST", "/nacos/v1/ns/instance", {"ip": "10.8.0.1", "port": "80"}, "serviceName"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "m", "ip": "10.8.0.1", "port": "abc"}, "port"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "m", "ip": "10.8.0.1", "port": "70000"}, "port"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "m", "ip": "10.8.0.1"}, "port"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "m", "port": "80"}, "ip"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "m", "ip": "10.8.0.1", "port": "80", "weight": "heavy"}, "weight"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "m", "ip": "10.8.0.1", "port": "80", "weight": "-1"}, "weight"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "m", "ip": "10.8.0.1", "port": "80", "metadata": '{"a":'}, "metadata"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "m", "ip": "10.8.0.1", "port": "80", "enabled": "maybe"}, "enabled"),
+    ("POST", "/nacos/v1/ns/instance", {"serviceName": "bad name", "ip": "10.8.0.1", "port": "80"}, "service"),
+    ("DELETE", "/nacos/v1/ns/instance", {"ip": "10.8.0.9", "port": "80"}, "serviceName"),
+    ("DELETE", "/nacos/v1/ns/instance", {"serviceName": "seed", "ip": "10.8.0.9", "port": "x"}, "port"),
+    ("PUT", "/nacos/v1/ns/instance", {"ip": "10.8.0.9", "port": "80", "enabled": "false"}, "serviceName"),
+    ("PUT", "/nacos/v1/ns/instance", {"serviceName": "seed", "ip": "10.8.0.9", "port": "80", "weight": "x"}, "weight"),
+    ("PUT", "/nacos/v1/ns/instance", {"serviceName": "seed", "ip": "10.8.0.9", "port": "80", "metadata": "{broken"}, "metadata"),
+    ("PUT", "/nacos/v1/ns/instance", {"serviceName": "seed", "ip": "10.8.0.9", "port": "0"}, "port"),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"ip": "10.8.0.9", "port": "80"}, "serviceName"),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "seed", "beat": "{broken"}, "beat"),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "seed", "ip": "10.8.0.9", "port": "eighty"}, "port"),
+    ("GET", "/nacos/v1/ns/instance/list", {}, "serviceName"),
+    ("GET", "/nacos/v1/ns/instance/list", {"serviceName": "seed", "healthyOnly": "maybe"}, "healthyOnly"),
+    ("GET", "/nacos/v1/ns/instance/list", {"serviceName": "seed", "udpPort": "x"}, "udpPort"),
+    ("GET", "/nacos/v1/ns/instance", {"ip": "10.8.0.9", "port": "80"}, "serviceName"),
+    ("GET", "/nacos/v1/ns/instance", {"serviceName": "seed", "ip": "10.8.0.9", "port": "-3"}, "port"),
+    ("POST", "/nacos/v1/ns/service", {}, "serviceName"),
+    ("POST", "/nacos/v1/ns/service", {"serviceName": "m2", "protectThreshold": "high"}, "protectThreshold"),
+    ("POST", "/nacos/v1/ns/service", {"serviceName": "m2", "protectThreshold": "2"}, "protect"),
+    ("POST", "/nacos/v1/ns/service", {"serviceName": "m2", "metadata": "{oops"}, "metadata"),
+    ("POST", "/nacos/v1/ns/service", {"serviceName": "seed"}, "already exists"),
+    ("PUT", "/nacos/v1/ns/service", {"protectThreshold": "0.5"}, "serviceName"),
+    ("PUT", "/nacos/v1/ns/service", {"serviceName": "seed", "protectThreshold": "x"}, "protectThreshold"),
+    ("DELETE", "/nacos/v1/ns/service", {}, "serviceName"),
+    ("DELETE", "/nacos/v1/ns/service", {"serviceName": "seed"}, "not empty"),
+    ("GET", "/nacos/v1/ns/service", {}, "serviceName"),
+    ("GET", "/nacos/v1/ns/service/list", {"pageSize": "10"}, "pageNo"),
+    ("GET", "/nacos/v1/ns/service/list", {"pageNo": "1", "pageSize": "ten"}, "pageSize"),
+]
+
+
+def v1_malformed(server, scratch):
+    """Every v1 endpoint with malformed input: Nacos-style 400 + `caused: ...;`, state unchanged."""
+    status, body = server.request(
+        "POST", "/nacos/v1/ns/instance",
+        {"serviceName": "seed", "ip": "10.8.0.9", "port": "80", "ephemeral": "false", "metadata": '{"k":"v"}'},
+    )
+    check((status, body) == (200, "ok"), f"seed register: {status} {body}")
+
+    def state():
+        hosts = server.v1_hosts("seed")
+        _, services = server.get("/v1/services")
+        return json.dumps(hosts, sort_keys=True), json.loads(services)
+
+    before = state()
+    n = 0
+    for form in (False, True):
+        for method, path, params, names in MALFORMED:
+            if form and method == "GET":
+                continue
+            if form:
+                status, body = server.request(
+                    method, path, body=urllib.parse.urlencode(params),
+                    headers={"Content-Type": "application/x-www-form-urlencoded"},
+                )
+            else:
+                status, body = server.request(method, path, params)
+            where = f"{method} {path} {params}{' (form)' if form else ''}"
+            check(status == 400, f"{where}: status {status} {body}")
+            check(body.startswith("caused: ") and body.endswith(";"), f"{where}: body {body!r}")
+            check(names in body, f"{where}: body {body!r} does not name {names!r}")
+            n += 1
+    after = state()
+    check(before == after, f"state changed:\nbefore {before}\nafter  {after}")
+    status, body = server.request("POST", "/nacos/v3/client/ns/instance", {"ip": "10.8.0.1", "port": "80"})
+    check(status == 400 and json.loads(body)["code"] == 10000, f"v3 missing serviceName: {status} {body}")
+    print(f"    {n} malformed v1 requests (query and form): 400 + 'caused: ...;' naming the parameter; state unchanged")
+
+
+SCENARIOS = [
+    python_basic,
+    python_sigkill,
+    python_sigstop,
+    cross_protocol_drain,
+    rust_sdk,
+    v1_malformed,
+    node_basic,
+    node_killed,
+]
+
+
+def main():
+    only = set(sys.argv[2:]) if len(sys.argv) > 2 and sys.argv[1] == "--only" else None
+    scratch = tempfile.mkdtemp(prefix="gangway-nacos-")
+    server = Server(scratch)
+    print(f"gangway server on {server.addr} (gRPC {server.port + 1000}); scratch {scratch}")
+    failed = []
+    try:
+        for scenario in SCENARIOS:
+            if only and scenario.__name__ not in only:
+                continue
+            print(f"-- {scenario.__name__}: {scenario.__doc__}")
+            t0 = time.monotonic()
+            try:
+                scenario(server, scratch)
+                print(f"   PASS {scenario.__name__} ({time.monotonic() - t0:.1f} s)")
+            except Exception as e:  # noqa: BLE001 - report every scenario
+                failed.append(scenario.__name__)
+                print(f"   FAIL {scenario.__name__}: {e}")
+    finally:
+        server.stop()
+    if failed:
+        print(f"FAILED: {', '.join(failed)} (server log: {scratch}/gangway.log)")
+        sys.exit(1)
+    print("all Nacos client scenarios passed")
+
+
+if __name__ == "__main__":
+    main()

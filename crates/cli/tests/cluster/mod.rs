@@ -241,18 +241,15 @@ pub struct Run {
 }
 
 impl Run {
-    /// Starts everything; returns once the client sends. `service_flags` go to every demo-service,
+    /// Starts everything; returns once the client sends. `first_flags` go to demo-service `a` only,
     /// `client_flags` to the demo-client.
-    pub async fn setup(
-        server_flags: &[&str],
-        service_flags: &[&str],
-        client_flags: &[&str],
-    ) -> Run {
+    pub async fn setup(server_flags: &[&str], first_flags: &[&str], client_flags: &[&str]) -> Run {
         let data = tempfile::tempdir().unwrap();
         let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", server_flags).await;
         let mut services = Vec::new();
         for name in ["a", "b", "c"] {
-            services.push(DemoService::start_with(&server.grpc, name, service_flags).await);
+            let flags = if name == "a" { first_flags } else { &[] };
+            services.push(DemoService::start_with(&server.grpc, name, flags).await);
         }
         let mut client = Proc::spawn(
             &[

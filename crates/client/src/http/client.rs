@@ -11,7 +11,8 @@ use super::config::HttpConfig;
 use super::error::RequestError;
 use super::target::Target;
 use crate::Client;
-use crate::outlier::Outcome;
+use crate::balance::pickable;
+use crate::outlier::{OutlierMetrics, Outcome};
 use crate::retry::{Failure, is_idempotent, may_retry};
 
 /// Response header by which a draining instance says so in band (DESIGN §4).
@@ -78,6 +79,7 @@ pub struct HttpResponse {
 pub struct HttpClient {
     registry: Client,
     config: HttpConfig,
+    metrics: Option<OutlierMetrics>,
     targets: Arc<tokio::sync::Mutex<HashMap<String, Arc<Target>>>>,
 }
 
@@ -113,8 +115,16 @@ impl HttpClient {
         Ok(Self {
             registry,
             config,
+            metrics: None,
             targets: Arc::new(tokio::sync::Mutex::new(HashMap::new())),
         })
+    }
+
+    /// Counts ejections and recoveries of every service in `metrics` (register it with
+    /// [`OutlierMetrics::register`]). Applies to services first used after this call.
+    pub fn with_outlier_metrics(mut self, metrics: OutlierMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The settings.
@@ -172,7 +182,7 @@ impl HttpClient {
                     Some(Failure::AfterSend) => Outcome::NetworkError,
                     Some(Failure::Status(_)) => Outcome::ServerError,
                 };
-                d.record(&key, outcome, view.instances.len());
+                d.record(&key, outcome, pickable(&view).len());
                 if d.is_ejected(&key) {
                     target.drop_pool(&key);
                 }
@@ -262,7 +272,7 @@ impl HttpClient {
         let _ = subscription
             .wait_for(|v| !v.instances.is_empty(), self.config.first_view_wait)
             .await;
-        let target = Target::new(subscription, &self.config).map_err(resolve)?;
+        let target = Target::new(subscription, &self.config, self.metrics.as_ref()).map_err(resolve)?;
         targets.insert(service.to_owned(), target.clone());
         Ok(target)
     }

@@ -11,14 +11,14 @@ use tokio::time::Instant;
 use super::config::{DRAINING_HOLD, HttpConfig};
 use crate::Subscription;
 use crate::balance::{Balancer, pickable};
-use crate::outlier::OutlierDetector;
+use crate::outlier::{OutlierDetector, OutlierMetrics, RecoveryCheck};
 use crate::retry::RetryBudget;
 
 pub(crate) struct Target {
     pub(crate) subscription: Subscription,
     pub(crate) balancer: Box<dyn Balancer>,
     pub(crate) budget: RetryBudget,
-    pub(crate) detector: Option<OutlierDetector>,
+    pub(crate) detector: Option<Arc<OutlierDetector>>,
     pools: Mutex<HashMap<InstanceKey, reqwest::Client>>,
     draining: Mutex<HashMap<InstanceKey, Instant>>,
     config: HttpConfig,
@@ -31,6 +31,9 @@ impl Drop for Target {
     }
 }
 
+/// How often due TCP recovery checks are looked for.
+const TCP_CHECK_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -40,21 +43,42 @@ impl Target {
     pub(crate) fn new(
         subscription: Subscription,
         config: &HttpConfig,
+        metrics: Option<&OutlierMetrics>,
     ) -> Result<Arc<Self>, crate::Error> {
         let detector = match config.outlier.clone() {
-            Some(c) => Some(OutlierDetector::new(subscription.service().clone(), c)?),
+            Some(c) => {
+                let d = OutlierDetector::new(subscription.service().clone(), c)?;
+                Some(Arc::new(match metrics {
+                    Some(m) => d.with_metrics(m.clone()),
+                    None => d,
+                }))
+            }
             None => None,
         };
+        let tcp_checks = config.outlier.as_ref().is_some_and(|o| o.check == RecoveryCheck::TcpConnect);
         Ok(Arc::new_cyclic(|weak: &std::sync::Weak<Target>| {
             let weak = weak.clone();
             let mut rx = subscription.receiver();
             // Follows the view: instances that leave it lose their pool (idle connections
             // close, none is reused), their draining mark and their outlier state.
+            // With TCP recovery checks it also connects to ejected instances whose check is due.
             let watcher = tokio::spawn(async move {
-                while rx.changed().await.is_ok() {
-                    let view = rx.borrow_and_update().clone();
-                    let Some(target) = weak.upgrade() else { break };
-                    target.forget_missing(&view);
+                let mut tick = tokio::time::interval(TCP_CHECK_TICK);
+                loop {
+                    tokio::select! {
+                        changed = rx.changed() => {
+                            if changed.is_err() {
+                                break;
+                            }
+                            let view = rx.borrow_and_update().clone();
+                            let Some(target) = weak.upgrade() else { break };
+                            target.forget_missing(&view);
+                        }
+                        _ = tick.tick(), if tcp_checks => {
+                            let Some(target) = weak.upgrade() else { break };
+                            target.run_tcp_checks();
+                        }
+                    }
                 }
             })
             .abort_handle();
@@ -71,6 +95,19 @@ impl Target {
         }))
     }
 
+    fn run_tcp_checks(&self) {
+        let Some(detector) = &self.detector else { return };
+        for instance in detector.due_tcp_checks() {
+            let detector = detector.clone();
+            let timeout = self.config.connect_timeout;
+            tokio::spawn(async move {
+                let connect = tokio::net::TcpStream::connect(instance.addr());
+                let ok = matches!(tokio::time::timeout(timeout, connect).await, Ok(Ok(_)));
+                detector.check_result(&instance, ok);
+            });
+        }
+    }
+
     fn forget_missing(&self, view: &View) {
         let live: Vec<InstanceKey> = view.instances.iter().map(|i| i.key.clone()).collect();
         lock(&self.pools).retain(|k, _| live.contains(k));
@@ -80,33 +117,22 @@ impl Target {
         }
     }
 
-    /// Candidates for the next attempt: pickable, not tried yet (unless nothing else is left),
-    /// not draining, admitted by the outlier detector.
-    pub(crate) fn candidates<'a>(
-        &self,
-        view: &'a View,
-        tried: &[InstanceKey],
-    ) -> Vec<&'a Instance> {
+    /// Candidates for the next attempt: pickable, not draining, admitted by the outlier
+    /// detector, then not tried yet (unless nothing else is left).
+    pub(crate) fn candidates<'a>(&self, view: &'a View, tried: &[InstanceKey]) -> Vec<&'a Instance> {
         let now = Instant::now();
         let draining = {
             let mut d = lock(&self.draining);
             d.retain(|_, since| now.duration_since(*since) < DRAINING_HOLD);
             d.keys().cloned().collect::<Vec<_>>()
         };
-        let all: Vec<&Instance> = pickable(view)
-            .into_iter()
-            .filter(|i| !draining.contains(&i.key))
-            .collect();
-        let fresh: Vec<&Instance> = all
-            .iter()
-            .copied()
-            .filter(|i| !tried.contains(&i.key))
-            .collect();
-        let base = if fresh.is_empty() { all } else { fresh };
-        match &self.detector {
-            Some(d) => d.admit(base),
-            None => base,
-        }
+        let all: Vec<&Instance> = pickable(view).into_iter().filter(|i| !draining.contains(&i.key)).collect();
+        let admitted = match &self.detector {
+            Some(d) => d.admit(all),
+            None => all,
+        };
+        let fresh: Vec<&Instance> = admitted.iter().copied().filter(|i| !tried.contains(&i.key)).collect();
+        if fresh.is_empty() { admitted } else { fresh }
     }
 
     /// The pooled client of an instance, created on first use.

@@ -17,3 +17,40 @@ cargo nextest run --workspace --no-fail-fast --profile ci
 
 echo "== doc tests"
 cargo test --workspace --doc
+
+# ---------------------------------------------------------------------------------------------
+# Nacos wire compatibility (issue 5): the published Nacos clients against a real `gangway server`.
+# nacos-sdk-python 3.2.0 (gRPC, PyPI), npm `nacos` 2.6.3 (v1 HTTP), crates.io `nacos-sdk` 0.8.3
+# (gRPC). Installed into project-local folders (tests/nacos/python/.venv, tests/nacos/node/
+# node_modules, target/nacos-rust); the scenarios and what they measure: tests/nacos/run.py.
+# ---------------------------------------------------------------------------------------------
+echo "== Nacos clients: install"
+nacos=tests/nacos
+apt_install() { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
+# The Python SDK refuses to start without an IPv4 address outside 127.0.0.0/8. Add a
+# documentation-range address on lo when the host has none; the tests still use 127.0.0.1 only.
+if ! command -v ip >/dev/null 2>&1; then
+  apt_install iproute2
+fi
+if ! ip -4 -o addr show | awk '{print $4}' | grep -qv '^127\.'; then
+  echo "   adding 192.0.2.10/32 on lo (the Python SDK needs a non-loopback IPv4)"
+  ip addr add 192.0.2.10/32 dev lo
+fi
+if [ ! -x "$nacos/python/.venv/bin/python" ]; then
+  python3 -m venv "$nacos/python/.venv" || {
+    apt_install python3-venv && python3 -m venv "$nacos/python/.venv"
+  }
+fi
+if ! "$nacos/python/.venv/bin/pip" show nacos-sdk-python 2>/dev/null | grep -qx 'Version: 3.2.0'; then
+  "$nacos/python/.venv/bin/pip" install -q --disable-pip-version-check nacos-sdk-python==3.2.0
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+if ! grep -qs '"version": "2.6.3"' "$nacos/node/node_modules/nacos/package.json"; then
+  (cd "$nacos/node" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+CARGO_TARGET_DIR=target/nacos-rust cargo build --quiet --locked --manifest-path "$nacos/rust/Cargo.toml"
+
+echo "== Nacos clients: scenarios"
+"$nacos/python/.venv/bin/python" "$nacos/run.py"

@@ -320,6 +320,14 @@ def cross_protocol_drain(server, scratch):
 def node_basic(server, scratch):
     """npm nacos (v1): register, beats past the TTL, list, polling subscription, deregister."""
     run_to_end(node_child("basic", server.addr, "node-basic", str(TTL_MS)), 90, "node basic")
+    # Its subscribed list calls (udpPort > 0) made it a poller: a gangway subscriber.
+    _, body = server.get("/v1/services/node-basic/subscribers")
+    pollers = [s for s in json.loads(body)["subscribers"] if s["kind"] == "poller"]
+    check(
+        len(pollers) == 1 and pollers[0]["client_name"].startswith("nacos-v1-"),
+        f"the Node client is not a poller of node-basic: {body}",
+    )
+    print(f"    the Node client polls as subscriber {pollers[0]['id']} ({pollers[0]['address']})")
 
 
 def node_killed(server, scratch):
@@ -332,10 +340,20 @@ def node_killed(server, scratch):
         t_unhealthy = t_deleted = None
         deadline = time.time() + DELETE_MS / 1000 + 6
         while time.time() < deadline and t_deleted is None:
-            hosts = server.v1_hosts("node-kill")
+            # The v3 admin list shows real health: the v1 list would show the lone unhealthy
+            # instance as healthy, since the protect threshold (0) fires, as in Nacos.
+            status, body = server.get("/nacos/v3/admin/ns/instance/list", {"serviceName": "node-kill"})
+            check(status == 200, f"v3 admin list: {status} {body}")
+            hosts = json.loads(body)["data"]
             now = time.time()
             if hosts and not hosts[0]["healthy"] and t_unhealthy is None:
                 t_unhealthy = now
+                status, body = server.get("/nacos/v1/ns/instance/list", {"serviceName": "node-kill"})
+                v1 = json.loads(body)
+                check(
+                    v1["reachProtectionThreshold"] and v1["hosts"][0]["healthy"],
+                    f"v1 list of a lone unhealthy instance (threshold 0 fires, as in Nacos): {v1}",
+                )
             if not hosts:
                 t_deleted = now
             time.sleep(0.05)

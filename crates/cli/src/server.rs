@@ -58,8 +58,29 @@ impl ServerArgs {
                 format_duration(self.lease_ttl)
             );
         }
-        if self.keepalive_interval.is_zero() || self.keepalive_timeout.is_zero() {
-            anyhow::bail!("--keepalive-interval and --keepalive-timeout must be above 0");
+        let mut problems = Vec::new();
+        let ms = Duration::from_millis;
+        let hour = Duration::from_secs(3600);
+        for (flag, value, min, max) in [
+            ("--keepalive-interval", self.keepalive_interval, ms(100), hour),
+            ("--keepalive-timeout", self.keepalive_timeout, ms(100), hour),
+            ("--lease-ttl", self.lease_ttl, ms(100), 24 * hour),
+            ("--lease-delete-timeout", self.lease_delete_timeout, ms(100), 24 * hour),
+            ("--warmup", self.warmup, Duration::ZERO, hour),
+            ("--offline-mark-expiry", self.offline_mark_expiry, Duration::from_secs(1), 30 * 24 * hour),
+            ("--resend-interval", self.resend_interval, ms(10), Duration::from_secs(60)),
+        ] {
+            if value < min || value > max {
+                problems.push(format!(
+                    "{flag} must be {}-{}, got {}",
+                    format_duration(min),
+                    format_duration(max),
+                    format_duration(value)
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            anyhow::bail!("{}", problems.join("; "));
         }
         Ok(Config {
             http: self.http,

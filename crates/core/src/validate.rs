@@ -14,6 +14,8 @@ pub const MAX_HOST_LEN: usize = 253;
 pub const MAX_WEIGHT: f64 = 10_000.0;
 /// Most metadata keys per instance or service.
 pub const MAX_METADATA_KEYS: usize = 64;
+/// Longest metadata key, in bytes.
+pub const MAX_METADATA_KEY_BYTES: usize = 256;
 /// Most metadata bytes (keys plus values) per instance or service: 16 KiB.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 
@@ -93,7 +95,19 @@ pub fn port(value: u32) -> Result<u16, ValidationError> {
 
 /// An IPv4 or IPv6 literal, or an RFC 1123 host name of at most 253 characters.
 pub fn ip(value: &str) -> Result<(), ValidationError> {
-    if value.parse::<IpAddr>().is_ok() {
+    if let Ok(addr) = value.parse::<IpAddr>() {
+        // An address no consumer can connect to is refused rather than handed out.
+        let unusable = addr.is_unspecified()
+            || addr.is_multicast()
+            || matches!(addr, IpAddr::V4(v4) if v4.is_broadcast());
+        if unusable {
+            return Err(ValidationError::new(
+                "ip",
+                format!(
+                    "must be an address consumers can connect to, got {value} (unspecified, broadcast or multicast)"
+                ),
+            ));
+        }
         return Ok(());
     }
     let rule = "must be an IPv4 or IPv6 literal or an RFC 1123 host name";
@@ -165,7 +179,8 @@ pub fn weight(value: f64) -> Result<(), ValidationError> {
     }
 }
 
-/// Metadata: at most 64 keys and 16 KiB of keys plus values; keys non-empty.
+/// Metadata: at most 64 keys and 16 KiB of keys plus values; keys 1-256 bytes without control
+/// characters (values are free text).
 pub fn metadata(value: &BTreeMap<String, String>) -> Result<(), ValidationError> {
     if value.len() > MAX_METADATA_KEYS {
         return Err(ValidationError::new(
@@ -178,6 +193,18 @@ pub fn metadata(value: &BTreeMap<String, String>) -> Result<(), ValidationError>
     }
     if value.keys().any(String::is_empty) {
         return Err(ValidationError::new("metadata", "keys must not be empty"));
+    }
+    if let Some(key) = value
+        .keys()
+        .find(|k| k.len() > MAX_METADATA_KEY_BYTES || k.chars().any(char::is_control))
+    {
+        return Err(ValidationError::new(
+            "metadata",
+            format!(
+                "keys must be at most {MAX_METADATA_KEY_BYTES} bytes without control characters, got {:?}",
+                key.chars().take(40).collect::<String>()
+            ),
+        ));
     }
     let bytes: usize = value.iter().map(|(k, v)| k.len() + v.len()).sum();
     if bytes > MAX_METADATA_BYTES {

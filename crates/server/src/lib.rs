@@ -49,6 +49,13 @@ pub struct RunningServer {
 /// Errors: the data directory or store cannot be opened (e.g. another server holds it), or an
 /// address cannot be bound.
 pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
+    // Bind first: a taken port must not leave a new data directory behind.
+    let http_listener = TcpListener::bind(config.http)
+        .await
+        .with_context(|| format!("bind HTTP {}", config.http))?;
+    let grpc_listener = TcpListener::bind(config.grpc)
+        .await
+        .with_context(|| format!("bind gRPC {}", config.grpc))?;
     let store: Arc<dyn gangway_store::Store> = match &config.data_dir {
         Some(dir) => Arc::new(
             gangway_store_redb::RedbStore::open(dir)
@@ -56,12 +63,6 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
         ),
         None => Arc::new(gangway_store::MemoryStore::default()),
     };
-    let http_listener = TcpListener::bind(config.http)
-        .await
-        .with_context(|| format!("bind HTTP {}", config.http))?;
-    let grpc_listener = TcpListener::bind(config.grpc)
-        .await
-        .with_context(|| format!("bind gRPC {}", config.grpc))?;
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);
     let registry =
@@ -71,7 +72,8 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     let grpc_addr = grpc_listener.local_addr()?;
 
     let nacos = nacos::Nacos::new(registry.clone());
-    let router = http::router(registry.clone(), prometheus).merge(nacos::http::router(nacos.clone()));
+    let router =
+        http::router(registry.clone(), prometheus).merge(nacos::http::router(nacos.clone()));
     let (nacos_request, nacos_bi_stream) = nacos::grpc::services(nacos);
     let mut http_stop = stopped.clone();
     let http_task = tokio::spawn(async move {

@@ -522,10 +522,18 @@ impl Registry {
                 if spec.fall == 0 || spec.rise == 0 || spec.fall > 100 || spec.rise > 100 {
                     return Err(ApiError::invalid("probe", "fall and rise must be 1-100"));
                 }
-                if !spec.path.starts_with('/') {
+                if !spec.path.starts_with('/')
+                    || spec
+                        .path
+                        .chars()
+                        .any(|c| c.is_whitespace() || c.is_control())
+                {
                     return Err(ApiError::invalid(
                         "probe.path",
-                        format!("must start with '/', got {:?}", spec.path),
+                        format!(
+                            "must start with '/' and hold no spaces or control characters, got {:?}",
+                            spec.path
+                        ),
                     ));
                 }
                 Liveness::Probe(spec)
@@ -655,7 +663,14 @@ impl Registry {
         // The instance may have left while the store wrote; then there is nothing to change.
         let entry = state.entry_mut(service, key)?;
         let healthy = entry.instance.healthy;
-        entry.instance = Instance { healthy, ..updated };
+        let updated = Instance { healthy, ..updated };
+        if entry.instance == updated {
+            // Nothing changed: no new revision, no push.
+            let instance = updated;
+            let revision = state.services.get(service).map_or(0, |s| s.revision);
+            return Ok((revision, instance));
+        }
+        entry.instance = updated;
         let instance = entry.instance.clone();
         Ok((state.publish(service), instance))
     }

@@ -433,3 +433,30 @@ async fn revisions_keep_growing_across_restarts() {
     let (after, _) = restarted.register(svc(), inst(1), lease()).await.unwrap();
     assert!(after > before, "{after} > {before}");
 }
+
+#[tokio::test]
+async fn an_update_that_changes_nothing_publishes_nothing() {
+    let r = registry();
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    let (rev, _) = r.set_enabled(&svc(), &inst(1).key, true).await.unwrap();
+    let before = r.view(&svc()).revision;
+    assert_eq!(rev, before);
+    let (again, _) = r
+        .update(&svc(), &inst(1).key, Patch::default())
+        .await
+        .unwrap();
+    assert_eq!(again, before);
+    let (changed, i) = r
+        .update(
+            &svc(),
+            &inst(1).key,
+            Patch {
+                weight: Some(3.0),
+                ..Patch::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(changed > before);
+    assert_eq!(i.weight, 3.0);
+}

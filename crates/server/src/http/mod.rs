@@ -119,8 +119,23 @@ struct Scope {
     subscriber: Option<String>,
 }
 
+/// An explicitly empty `namespace=`, `group=` or `cluster=` is refused: it would silently mean
+/// the default (for example an unset shell variable writing into `public`).
+fn present<'a>(field: &str, value: &'a Option<String>) -> Result<&'a str, ApiError> {
+    match value.as_deref() {
+        Some("") => Err(ApiError::invalid(
+            field,
+            "must not be empty (leave it out for the default)",
+        )),
+        Some(v) => Ok(v),
+        None => Ok(""),
+    }
+}
+
 impl Scope {
     fn service(&self, name: &str) -> Result<ServiceKey, ApiError> {
+        present("namespace", &self.namespace)?;
+        present("group", &self.group)?;
         let key = ServiceKey::new(
             self.namespace.as_deref().unwrap_or(""),
             self.group.as_deref().unwrap_or(""),
@@ -131,6 +146,7 @@ impl Scope {
     }
 
     fn instance(&self, addr: &str) -> Result<InstanceKey, ApiError> {
+        present("cluster", &self.cluster)?;
         let (ip, port) = validate::addr(addr)?;
         let key = InstanceKey::new(&ip, port, self.cluster.as_deref().unwrap_or(""));
         validate::name("cluster", &key.cluster)?;
@@ -201,14 +217,20 @@ impl From<ServiceSummary> for ServiceJson {
 async fn list_services(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Json<serde_json::Value> {
+) -> Result<Json<serde_json::Value>, ApiError> {
+    for (field, value) in [("namespace", &q.namespace), ("group", &q.group)] {
+        if let Some(v) = value {
+            present(field, value)?;
+            validate::name(field, v)?;
+        }
+    }
     let services: Vec<ServiceJson> = s
         .registry
         .services(q.namespace.as_deref(), q.group.as_deref())
         .into_iter()
         .map(Into::into)
         .collect();
-    Json(serde_json::json!({ "services": services }))
+    Ok(Json(serde_json::json!({ "services": services })))
 }
 
 async fn get_service(
@@ -351,6 +373,7 @@ async fn register(
     let key = q.service(&name)?;
     validate::ip(&body.ip)?;
     let port = validate::port(body.port)?;
+    present("cluster", &body.cluster)?;
     let mut instance = Instance::new(InstanceKey::new(
         &body.ip,
         port,

@@ -1062,6 +1062,14 @@ fn validation_cases() -> Vec<(Method, String, Option<String>, &'static str)> {
         // query strings
         (Method::GET, "/v1/services/orders/instances?all=maybe".into(), None, "query"),
         (Method::DELETE, format!("{one}?clustr=east"), None, "query"),
+        (Method::POST, format!("{reg}?namespace="), s(r#"{"ip":"10.0.0.3","port":1}"#), "namespace"),
+        (Method::DELETE, format!("{one}?cluster="), None, "cluster"),
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"cluster":""}"#), "cluster"),
+        (Method::POST, reg.into(), s(r#"{"ip":"0.0.0.0","port":1}"#), "ip"),
+        (Method::POST, reg.into(), s(r#"{"ip":"224.0.0.1","port":1}"#), "ip"),
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"metadata":{"a\nb":"v"}}"#), "metadata"),
+        (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.9","port":1,"ephemeral":false,"probe":{"kind":"http","path":"/a b"}}"#), "probe.path"),
+        (Method::GET, "/v1/services?namespace=bad%20ns".into(), None, "namespace"),
         (Method::GET, "/v1/services/orders/instances?all=true&subscriber=web".into(), None, "subscriber"),
         (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.9","port":1,"ephemeral":false,"probe":{"intervall_ms":5}}"#), "body"),
         // addresses in the path

@@ -192,3 +192,51 @@ fn pick_from_respects_an_already_filtered_candidate_list() {
         }
     }
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn arb_view() -> impl Strategy<Value = View> {
+        proptest::collection::vec((0u8..4, any::<bool>(), any::<bool>()), 0..8).prop_map(|specs| {
+            let instances = specs
+                .into_iter()
+                .enumerate()
+                .map(|(n, (w, enabled, healthy))| {
+                    let mut i = inst(&format!("10.0.0.{n}"), f64::from(w));
+                    i.enabled = enabled;
+                    i.healthy = healthy;
+                    i
+                })
+                .collect();
+            view(instances)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn picks_are_always_pickable_instances_of_the_current_view(
+            views in proptest::collection::vec(arb_view(), 1..6),
+            picks_per_view in 1usize..20,
+        ) {
+            let balancers: [Box<dyn Balancer>; 4] = [
+                Box::new(RoundRobin::new()),
+                Box::new(SmoothWeighted::new()),
+                Box::new(Random::new()),
+                Box::new(PowerOfTwoChoices::new()),
+            ];
+            for b in &balancers {
+                for v in &views {
+                    let allowed: Vec<&Instance> = pickable(v);
+                    for _ in 0..picks_per_view {
+                        match b.pick(v) {
+                            Some(i) => prop_assert!(allowed.iter().any(|a| a.key == i.key), "{:?} not pickable", i.key),
+                            None => prop_assert!(allowed.is_empty()),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

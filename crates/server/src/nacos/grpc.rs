@@ -355,7 +355,10 @@ impl Nacos {
             }
             "HealthCheckRequest" => match self.registered(peer) {
                 Some(_) => ok("HealthCheckResponse", &rid, json!({})),
-                None => error(&rid, Refusal::new(UN_REGISTER, "connection is not registered")),
+                None => error(
+                    &rid,
+                    Refusal::new(UN_REGISTER, "connection is not registered"),
+                ),
             },
             "InstanceRequest"
             | "BatchInstanceRequest"
@@ -416,8 +419,13 @@ impl Nacos {
                 let (instance, disabled) = wire.to_instance()?;
                 match kind.as_str() {
                     "registerInstance" => {
-                        self.register(service, instance, disabled, LivenessRequest::Session(session.to_owned()))
-                            .await?;
+                        self.register(
+                            service,
+                            instance,
+                            disabled,
+                            LivenessRequest::Session(session.to_owned()),
+                        )
+                        .await?;
                     }
                     "deregisterInstance" => {
                         // Nacos ignores a deregistration of what this connection does not own.
@@ -487,10 +495,12 @@ impl Nacos {
                         )
                         .await?;
                     }
-                    "deregisterInstance" => match registry.deregister(&service, &instance.key).await {
-                        Ok(_) | Err(ApiError::NotFound { .. }) => {}
-                        Err(e) => return Err(e.into()),
-                    },
+                    "deregisterInstance" => {
+                        match registry.deregister(&service, &instance.key).await {
+                            Ok(_) | Err(ApiError::NotFound { .. }) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
                     other => {
                         return Err(Refusal::new(
                             INVALID_PARAM,
@@ -550,7 +560,9 @@ impl Nacos {
     ) -> Result<(), Refusal> {
         let key = instance.key.clone();
         let registry = self.registry();
-        registry.register(service.clone(), instance, liveness).await?;
+        registry
+            .register(service.clone(), instance, liveness)
+            .await?;
         if disabled {
             registry.set_enabled(&service, &key, false).await?;
         }
@@ -607,7 +619,11 @@ impl Nacos {
                     "groupName": key.group,
                     "serviceInfo": info,
                 });
-                if tx.send(payload("NotifySubscriberRequest", &body)).await.is_err() {
+                if tx
+                    .send(payload("NotifySubscriberRequest", &body))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -724,10 +740,7 @@ impl Nacos {
             let mut st = conn.lock();
             st.tx = None;
             st.pending.clear();
-            (
-                std::mem::take(&mut st.subs),
-                st.session.take(),
-            )
+            (std::mem::take(&mut st.subs), st.session.take())
         };
         for (_, sub) in subs {
             sub.task.abort();

@@ -20,8 +20,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::model::{
-    META_BEAT_TIMEOUT, META_DELETE_TIMEOUT, beat_interval_for, grouped, instance_id,
-    json_string, parse_metadata, split_grouped,
+    META_BEAT_TIMEOUT, META_DELETE_TIMEOUT, beat_interval_for, grouped, instance_id, json_string,
+    parse_metadata, split_grouped,
 };
 use super::{CLIENT_NAME_PREFIX, Nacos};
 use crate::engine::{LivenessRequest, Patch};
@@ -149,8 +149,9 @@ struct V3(Result<Value, NacosError>);
 impl IntoResponse for V3 {
     fn into_response(self) -> Response {
         match self.0 {
-            Ok(data) => axum::Json(json!({"code": 0, "message": "success", "data": data}))
-                .into_response(),
+            Ok(data) => {
+                axum::Json(json!({"code": 0, "message": "success", "data": data})).into_response()
+            }
             Err(e) => (
                 e.status,
                 axum::Json(json!({"code": e.code, "message": e.message, "data": null})),
@@ -227,9 +228,15 @@ impl Params {
     fn f64(&self, name: &str) -> Result<Option<f64>, NacosError> {
         match self.get(name) {
             None => Ok(None),
-            Some(v) => v.trim().parse::<f64>().ok().filter(|f| f.is_finite()).map(Some).ok_or_else(|| {
-                NacosError::bad(format!("Param '{name}' must be a number, got {v:?}"))
-            }),
+            Some(v) => v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(Some)
+                .ok_or_else(|| {
+                    NacosError::bad(format!("Param '{name}' must be a number, got {v:?}"))
+                }),
         }
     }
 
@@ -274,12 +281,10 @@ impl Params {
 
     fn weight(&self) -> Result<Option<f64>, NacosError> {
         let w = self.f64("weight")?;
-        if let Some(w) = w {
-            if !(0.0..=10000.0).contains(&w) {
-                return Err(NacosError::bad(format!(
-                    "instance format invalid: The weights range from 0 to 10000, got {w}"
-                )));
-            }
+        if let Some(w) = w.filter(|w| !(0.0..=10000.0).contains(w)) {
+            return Err(NacosError::bad(format!(
+                "instance format invalid: The weights range from 0 to 10000, got {w}"
+            )));
         }
         Ok(w)
     }
@@ -308,7 +313,11 @@ fn parse_port(raw: &str) -> Result<u16, NacosError> {
         .parse::<u32>()
         .ok()
         .and_then(|p| validate::port(p).ok())
-        .ok_or_else(|| NacosError::bad(format!("Param 'port' must be an integer 1-65535, got {raw:?}")))
+        .ok_or_else(|| {
+            NacosError::bad(format!(
+                "Param 'port' must be an integer 1-65535, got {raw:?}"
+            ))
+        })
 }
 
 /// A fully parsed registration.
@@ -359,7 +368,9 @@ async fn register_parsed(nacos: &Nacos, r: Registration) -> Result<(), NacosErro
     };
     let registry = nacos.registry();
     let key = r.instance.key.clone();
-    registry.register(r.service.clone(), r.instance, liveness).await?;
+    registry
+        .register(r.service.clone(), r.instance, liveness)
+        .await?;
     if !r.enabled {
         registry.set_enabled(&r.service, &key, false).await?;
     }
@@ -450,7 +461,11 @@ async fn v1_beat(State(nacos): State<Nacos>, p: Params) -> Result<Response, Naco
         None => None,
         Some(raw) => match serde_json::from_str::<Value>(raw) {
             Ok(Value::Object(m)) => Some(m),
-            _ => return Err(NacosError::bad(format!("Param 'beat' is not a JSON object: {raw}"))),
+            _ => {
+                return Err(NacosError::bad(format!(
+                    "Param 'beat' is not a JSON object: {raw}"
+                )));
+            }
         },
     };
     let from_beat = |k: &str| -> Option<String> {
@@ -468,7 +483,11 @@ async fn v1_beat(State(nacos): State<Nacos>, p: Params) -> Result<Response, Naco
         .or_else(|| p.get("port").map(str::to_owned))
         .ok_or_else(|| NacosError::missing("port"))?;
     let cluster = from_beat("cluster")
-        .or_else(|| p.get("clusterName").or_else(|| p.get("cluster")).map(str::to_owned))
+        .or_else(|| {
+            p.get("clusterName")
+                .or_else(|| p.get("cluster"))
+                .map(str::to_owned)
+        })
         .unwrap_or_else(|| DEFAULT_CLUSTER.to_owned());
     let key = InstanceKey::new(&ip, parse_port(&port)?, &cluster);
     validate::instance_key(&key).map_err(|e| NacosError::bad(e.to_string()))?;
@@ -533,7 +552,10 @@ fn register_poller(
     if udp == 0 {
         return Ok(());
     }
-    let client_ip = p.get("clientIP").map(str::to_owned).unwrap_or_else(|| peer.ip().to_string());
+    let client_ip = p
+        .get("clientIP")
+        .map(str::to_owned)
+        .unwrap_or_else(|| peer.ip().to_string());
     let identity = format!("{client_ip}:{udp}");
     let name = format!(
         "{CLIENT_NAME_PREFIX}-v1-{:016x}",
@@ -606,7 +628,10 @@ async fn v1_service_update(
     let protect_threshold = threshold(&p)?;
     let metadata = p.metadata()?;
     let Some(summary) = service_exists(&nacos, &key) else {
-        return Err(NacosError::bad(format!("service {} not found", grouped(&key))));
+        return Err(NacosError::bad(format!(
+            "service {} not found",
+            grouped(&key)
+        )));
     };
     let mut settings = summary.settings;
     if let Some(t) = protect_threshold {
@@ -625,7 +650,10 @@ async fn v1_service_delete(
 ) -> Result<&'static str, NacosError> {
     let key = p.service()?;
     let Some(summary) = service_exists(&nacos, &key) else {
-        return Err(NacosError::bad(format!("service {} not found", grouped(&key))));
+        return Err(NacosError::bad(format!(
+            "service {} not found",
+            grouped(&key)
+        )));
     };
     if summary.instances > 0 {
         return Err(NacosError::bad(format!(
@@ -643,7 +671,10 @@ async fn v1_service_delete(
 async fn v1_service_get(State(nacos): State<Nacos>, p: Params) -> Result<Response, NacosError> {
     let key = p.service()?;
     let Some(summary) = service_exists(&nacos, &key) else {
-        return Err(NacosError::not_found(format!("service {} not found", grouped(&key))));
+        return Err(NacosError::not_found(format!(
+            "service {} not found",
+            grouped(&key)
+        )));
     };
     let (_, entries) = nacos.registry().entries(&key);
     let mut clusters: Vec<&str> = entries
@@ -676,7 +707,9 @@ async fn v1_service_list(State(nacos): State<Nacos>, p: Params) -> Result<Respon
         .u64("pageSize")?
         .ok_or_else(|| NacosError::missing("pageSize"))?;
     let namespace = p.get("namespaceId").unwrap_or(DEFAULT_NAMESPACE);
-    let group = p.get("groupName").unwrap_or(gangway_core::model::DEFAULT_GROUP);
+    let group = p
+        .get("groupName")
+        .unwrap_or(gangway_core::model::DEFAULT_GROUP);
     let (count, doms) = service_page(&nacos, namespace, group, page_no, page_size);
     Ok(axum::Json(json!({"count": count, "doms": doms})).into_response())
 }
@@ -792,7 +825,10 @@ async fn v3_detail(State(nacos): State<Nacos>, p: Params) -> V3 {
 async fn v3_client_list(State(nacos): State<Nacos>, p: Params) -> V3 {
     V3((|| {
         let service = p.service()?;
-        let clusters = p.get("clusterName").or_else(|| p.get("clusters")).unwrap_or("");
+        let clusters = p
+            .get("clusterName")
+            .or_else(|| p.get("clusters"))
+            .unwrap_or("");
         let healthy_only = p.bool("healthyOnly")?.unwrap_or(false);
         let (_, info) = nacos.service_info(&service, clusters, healthy_only, true);
         Ok(serde_json::to_value(info.hosts).unwrap_or(Value::Null))
@@ -804,7 +840,10 @@ async fn v3_admin_list(State(nacos): State<Nacos>, p: Params) -> V3 {
     V3((|| {
         let service = p.service()?;
         let healthy_only = p.bool("healthyOnly")?.unwrap_or(false);
-        let clusters = p.get("clusterName").or_else(|| p.get("clusters")).unwrap_or("");
+        let clusters = p
+            .get("clusterName")
+            .or_else(|| p.get("clusters"))
+            .unwrap_or("");
         let wanted = super::model::cluster_list(clusters);
         let (_, entries) = nacos.registry().entries(&service);
         let hosts: Vec<_> = entries

@@ -163,8 +163,7 @@ pub fn select<'a>(
         return (candidates, false);
     }
     let healthy = candidates.iter().filter(|e| e.instance.healthy).count();
-    let reach =
-        !candidates.is_empty() && (healthy as f64 / candidates.len() as f64) <= threshold;
+    let reach = !candidates.is_empty() && (healthy as f64 / candidates.len() as f64) <= threshold;
     (candidates, reach)
 }
 
@@ -255,7 +254,10 @@ mod tests {
             split_grouped("svc", None),
             ("DEFAULT_GROUP".into(), "svc".into())
         );
-        assert_eq!(split_grouped("svc", Some("")), ("DEFAULT_GROUP".into(), "svc".into()));
+        assert_eq!(
+            split_grouped("svc", Some("")),
+            ("DEFAULT_GROUP".into(), "svc".into())
+        );
         assert_eq!(split_grouped("svc", Some("g")), ("g".into(), "svc".into()));
     }
 

@@ -1,0 +1,518 @@
+//! The Nacos layer: v1/v3 HTTP through the `Router` (no sockets), and the gRPC protocol over a
+//! real loopback socket with the generated Nacos client stubs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
+use axum::http::{Method, Request, StatusCode, header};
+use gangway_core::model::{InstanceKey, ServiceKey};
+use gangway_proto::nacos as pb;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tower::ServiceExt;
+
+use super::Nacos;
+use crate::config::Config;
+use crate::engine::Registry;
+use crate::metrics::Metrics;
+
+fn registry() -> Registry {
+    let mut prom = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut prom);
+    Registry::start(
+        Arc::new(gangway_store::MemoryStore::default()),
+        Config::for_tests(),
+        metrics,
+    )
+    .expect("registry starts")
+}
+
+struct App {
+    router: Router,
+    registry: Registry,
+}
+
+fn app() -> App {
+    let registry = registry();
+    let router = super::http::router(Nacos::new(registry.clone()))
+        .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000))));
+    App { router, registry }
+}
+
+impl App {
+    async fn call(&self, method: Method, uri: &str) -> (StatusCode, String) {
+        self.send(
+            Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn form(&self, method: Method, uri: &str, form: &str) -> (StatusCode, String) {
+        self.send(
+            Request::builder()
+                .method(method)
+                .uri(uri)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(form.to_owned()))
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn send(&self, request: Request<Body>) -> (StatusCode, String) {
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("infallible");
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    async fn list(&self, query: &str) -> Value {
+        let (status, body) = self
+            .call(Method::GET, &format!("/nacos/v1/ns/instance/list?{query}"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+}
+
+const REG: &str = "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.1&port=8080";
+
+#[tokio::test]
+async fn v1_register_then_list_in_nacos_shape() {
+    let app = app();
+    let (status, body) = app
+        .call(
+            Method::POST,
+            &format!("{REG}&weight=2&metadata=%7B%22zone%22%3A%22a%22%7D"),
+        )
+        .await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    let v = app.list("serviceName=orders&clusters=DEFAULT").await;
+    assert_eq!(v["name"], "DEFAULT_GROUP@@orders");
+    assert_eq!(v["groupName"], "DEFAULT_GROUP");
+    assert_eq!(
+        v["clusters"], "DEFAULT",
+        "echoed: clients key their cache on it"
+    );
+    assert_eq!(v["cacheMillis"], 10000);
+    assert_eq!(v["checksum"], "");
+    assert_eq!(v["reachProtectionThreshold"], false);
+    let host = &v["hosts"][0];
+    assert_eq!(host["ip"], "10.0.0.1");
+    assert_eq!(host["weight"], 2.0);
+    assert_eq!(host["metadata"]["zone"], "a");
+    assert_eq!(
+        host["instanceId"],
+        "10.0.0.1#8080#DEFAULT#DEFAULT_GROUP@@orders"
+    );
+    // The same instance through the native view.
+    let view = app.registry.view(&ServiceKey::named("orders"));
+    assert_eq!(view.instances.len(), 1);
+    assert!(view.instances[0].ephemeral);
+}
+
+#[tokio::test]
+async fn v1_last_ref_time_grows_on_every_answer() {
+    let app = app();
+    let a = app.list("serviceName=nothing").await;
+    let b = app.list("serviceName=nothing").await;
+    assert!(b["lastRefTime"].as_u64() > a["lastRefTime"].as_u64());
+    assert_eq!(
+        a["hosts"],
+        json!([]),
+        "an unknown service is an empty list, not an error"
+    );
+}
+
+#[tokio::test]
+async fn v1_beat_codes_and_auto_reregister() {
+    let app = app();
+    let beat = "/nacos/v1/ns/instance/beat?serviceName=orders&ip=10.0.0.1&port=8080";
+    let (_, body) = app.call(Method::PUT, beat).await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["code"], 20404, "unknown instance, light beat: {v}");
+    assert_eq!(v["lightBeatEnabled"], true);
+    let full = "beat=%7B%22ip%22%3A%2210.0.0.1%22%2C%22port%22%3A8080%2C%22weight%22%3A3%7D";
+    let (_, body) = app
+        .form(
+            Method::PUT,
+            "/nacos/v1/ns/instance/beat?serviceName=orders",
+            full,
+        )
+        .await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["code"], 10200, "full beat re-registers: {v}");
+    assert_eq!(v["clientBeatInterval"], 5000);
+    let instance = app
+        .registry
+        .instance(
+            &ServiceKey::named("orders"),
+            &InstanceKey::new("10.0.0.1", 8080, ""),
+        )
+        .unwrap();
+    assert_eq!(instance.weight, 3.0);
+    let (_, body) = app.call(Method::PUT, beat).await;
+    assert!(body.contains("\"code\":10200"), "{body}");
+}
+
+#[tokio::test]
+async fn v1_modify_enabled_false_is_the_durable_offline() {
+    let app = app();
+    app.call(Method::POST, REG).await;
+    app.call(
+        Method::POST,
+        "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.2&port=8080",
+    )
+    .await;
+    let (status, body) = app
+        .form(
+            Method::PUT,
+            "/nacos/v1/ns/instance",
+            "serviceName=orders&ip=10.0.0.1&port=8080&enabled=false",
+        )
+        .await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    let v = app.list("serviceName=orders").await;
+    assert_eq!(v["hosts"].as_array().unwrap().len(), 1);
+    assert_eq!(v["hosts"][0]["ip"], "10.0.0.2");
+    // Deregister and register again: still offline (the mark is keyed by the instance).
+    app.call(Method::DELETE, REG).await;
+    app.call(Method::POST, REG).await;
+    let instance = app
+        .registry
+        .instance(
+            &ServiceKey::named("orders"),
+            &InstanceKey::new("10.0.0.1", 8080, ""),
+        )
+        .unwrap();
+    assert!(!instance.enabled);
+}
+
+#[tokio::test]
+async fn v1_malformed_input_is_a_nacos_400_and_changes_nothing() {
+    let app = app();
+    app.call(Method::POST, REG).await;
+    let before = app.registry.entries(&ServiceKey::named("orders")).0;
+    for uri in [
+        "/nacos/v1/ns/instance?ip=10.0.0.1&port=8080",
+        "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.1&port=abc",
+        "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.1&port=8080&weight=x",
+        "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.1&port=8080&weight=10001",
+        "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.1&port=8080&metadata=%7B%22a%22%3A",
+    ] {
+        let (status, body) = app.call(Method::POST, uri).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
+        assert!(
+            body.starts_with("caused: ") && body.ends_with(';'),
+            "{uri}: {body}"
+        );
+    }
+    let (_, body) = app
+        .call(Method::POST, "/nacos/v1/ns/instance?ip=1.2.3.4&port=1")
+        .await;
+    assert_eq!(body, "caused: Param 'serviceName' is required.;");
+    assert_eq!(app.registry.entries(&ServiceKey::named("orders")).0, before);
+}
+
+#[tokio::test]
+async fn v1_deregister_unknown_is_ok_and_service_crud_follows_nacos() {
+    let app = app();
+    let (status, body) = app.call(Method::DELETE, REG).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    let svc = "/nacos/v1/ns/service?serviceName=billing&protectThreshold=0.5";
+    assert_eq!(app.call(Method::POST, svc).await.1, "ok");
+    let (status, body) = app.call(Method::POST, svc).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("already exists"), "{body}");
+    let (_, body) = app
+        .call(Method::GET, "/nacos/v1/ns/service?serviceName=billing")
+        .await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["protectThreshold"], 0.5);
+    app.call(
+        Method::POST,
+        "/nacos/v1/ns/instance?serviceName=billing&ip=10.0.0.1&port=1",
+    )
+    .await;
+    let (status, body) = app
+        .call(Method::DELETE, "/nacos/v1/ns/service?serviceName=billing")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("not empty"), "{body}");
+    let (_, body) = app
+        .call(
+            Method::GET,
+            "/nacos/v1/ns/service/list?pageNo=1&pageSize=10",
+        )
+        .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"count": 1, "doms": ["billing"]})
+    );
+    let (_, body) = app.call(Method::GET, "/nacos/v1/ns/operator/metrics").await;
+    assert!(body.contains("\"status\":\"UP\""), "{body}");
+}
+
+#[tokio::test]
+async fn v1_list_with_udp_port_makes_a_poller_that_acks() {
+    let app = app();
+    app.call(Method::POST, REG).await;
+    app.list("serviceName=orders").await;
+    assert!(
+        app.registry
+            .subscribers(&ServiceKey::named("orders"))
+            .is_empty()
+    );
+    app.list("serviceName=orders&clientIP=10.1.1.1&udpPort=5555")
+        .await;
+    app.list("serviceName=orders&clientIP=10.1.1.1&udpPort=5555")
+        .await;
+    let subs = app.registry.subscribers(&ServiceKey::named("orders"));
+    assert_eq!(subs.len(), 1, "one poller per client and service");
+    assert_eq!(subs[0].address, "10.1.1.1:5555");
+    assert!(subs[0].client_name.starts_with("nacos-v1-"));
+    assert_eq!(
+        subs[0].acked_revision,
+        app.registry.view(&ServiceKey::named("orders")).revision
+    );
+}
+
+#[tokio::test]
+async fn v3_envelope_and_unsupported_paths() {
+    let app = app();
+    let (status, body) = app
+        .call(
+            Method::POST,
+            "/nacos/v3/client/ns/instance?serviceName=orders&ip=10.0.0.1&port=80",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["code"], 0);
+    let (status, body) = app
+        .call(
+            Method::POST,
+            "/nacos/v3/client/ns/instance?serviceName=orders&ip=10.0.0.9&port=80&heartBeat=true",
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["code"], 21003);
+    let (_, body) = app
+        .call(
+            Method::GET,
+            "/nacos/v3/client/ns/instance/list?serviceName=orders",
+        )
+        .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["data"][0]["port"],
+        80
+    );
+    let (status, body) = app.call(Method::GET, "/nacos/v1/cs/configs?dataId=x").await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+    assert!(body.contains("config center"), "{body}");
+    let (status, _) = app.call(Method::GET, "/nacos/v2/ns/instance/list").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+// --- gRPC --------------------------------------------------------------------------------
+
+struct Grpc {
+    registry: Registry,
+    channel: tonic::transport::Channel,
+}
+
+async fn grpc() -> Grpc {
+    let registry = registry();
+    let (request, bi) = super::grpc::services(Nacos::new(registry.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(request)
+            .add_service(bi)
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    Grpc { registry, channel }
+}
+
+fn body(p: &pb::Payload) -> Value {
+    serde_json::from_slice(&p.body.as_ref().unwrap().value).unwrap()
+}
+
+fn ty(p: &pb::Payload) -> &str {
+    &p.metadata.as_ref().unwrap().r#type
+}
+
+impl Grpc {
+    async fn unary(&self, ty: &str, body: Value) -> pb::Payload {
+        pb::request_client::RequestClient::new(self.channel.clone())
+            .request(super::grpc::payload(ty, &body))
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// Opens the stream and sets the connection up; returns the sender and the server's stream.
+    async fn setup(&self) -> (mpsc::Sender<pb::Payload>, tonic::Streaming<pb::Payload>) {
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(super::grpc::payload(
+            "ConnectionSetupRequest",
+            &json!({"clientVersion": "test", "labels": {"module": "naming"}, "abilityTable": {}}),
+        ))
+        .await
+        .unwrap();
+        let mut inbound =
+            pb::bi_request_stream_client::BiRequestStreamClient::new(self.channel.clone())
+                .request_bi_stream(ReceiverStream::new(rx))
+                .await
+                .unwrap()
+                .into_inner();
+        let ack = inbound.message().await.unwrap().unwrap();
+        assert_eq!(ty(&ack), "SetupAckRequest");
+        assert_eq!(
+            body(&ack)["abilityTable"]["supportPersistentInstanceByGrpc"],
+            true
+        );
+        (tx, inbound)
+    }
+}
+
+async fn eventually(mut pred: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !pred() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn grpc_handshake_and_301_before_setup() {
+    let g = grpc().await;
+    let reply = g
+        .unary("ServerCheckRequest", json!({"requestId": "1"}))
+        .await;
+    assert_eq!(ty(&reply), "ServerCheckResponse");
+    let v = body(&reply);
+    assert_eq!(v["resultCode"], 200);
+    assert_eq!(v["requestId"], "1");
+    assert!(v["connectionId"].as_str().unwrap().contains("_127.0.0.1_"));
+    let reply = g
+        .unary("HealthCheckRequest", json!({"requestId": "2"}))
+        .await;
+    assert_eq!(ty(&reply), "ErrorResponse");
+    assert_eq!(body(&reply)["errorCode"], 301);
+    let (_tx, _inbound) = g.setup().await;
+    let reply = g
+        .unary("HealthCheckRequest", json!({"requestId": "3"}))
+        .await;
+    assert_eq!(ty(&reply), "HealthCheckResponse");
+    let reply = g
+        .unary("ConfigQueryRequest", json!({"requestId": "4"}))
+        .await;
+    assert_eq!(body(&reply)["errorCode"], 302);
+}
+
+#[tokio::test]
+async fn grpc_register_subscribe_push_ack_and_connection_end() {
+    let g = grpc().await;
+    let (tx, mut inbound) = g.setup().await;
+    let instance = json!({"ip": "10.0.0.1", "port": 80, "weight": 1.0, "metadata": {"k": "v"}});
+    let reply = g
+        .unary(
+            "InstanceRequest",
+            json!({"requestId": "r", "serviceName": "orders", "groupName": "DEFAULT_GROUP",
+                   "namespace": "", "type": "registerInstance", "instance": instance}),
+        )
+        .await;
+    assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
+    assert_eq!(body(&reply)["type"], "registerInstance");
+    let key = ServiceKey::named("orders");
+    assert_eq!(g.registry.view(&key).instances.len(), 1);
+
+    let reply = g
+        .unary(
+            "SubscribeServiceRequest",
+            json!({"requestId": "s", "serviceName": "orders", "groupName": "DEFAULT_GROUP",
+                   "subscribe": true, "clusters": ""}),
+        )
+        .await;
+    let info = &body(&reply)["serviceInfo"];
+    assert_eq!(info["name"], "orders", "gRPC answers the bare name");
+    assert_eq!(info["hosts"][0]["metadata"]["k"], "v");
+
+    let push = inbound.message().await.unwrap().unwrap();
+    assert_eq!(ty(&push), "NotifySubscriberRequest");
+    let pushed = body(&push);
+    assert!(pushed["serviceInfo"]["lastRefTime"].as_u64() > info["lastRefTime"].as_u64());
+    let subs = g.registry.subscribers(&key);
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0].acked_revision, 0);
+    tx.send(super::grpc::payload(
+        "NotifySubscriberResponse",
+        &json!({"requestId": pushed["requestId"], "resultCode": 200}),
+    ))
+    .await
+    .unwrap();
+    let revision = g.registry.view(&key).revision;
+    let registry = g.registry.clone();
+    eventually(|| registry.subscribers(&key)[0].acked_revision == revision).await;
+
+    // The connection's stream ends: its instance and its subscription go at once.
+    drop(tx);
+    drop(inbound);
+    let registry = g.registry.clone();
+    eventually(|| {
+        registry.view(&key).instances.is_empty() && registry.subscribers(&key).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn grpc_refusals_are_error_responses() {
+    let g = grpc().await;
+    let (_tx, _inbound) = g.setup().await;
+    let reply = g
+        .unary(
+            "InstanceRequest",
+            json!({"requestId": "r", "serviceName": "orders", "type": "registerInstance",
+                   "instance": {"ip": "10.0.0.1", "port": 0}}),
+        )
+        .await;
+    assert_eq!(ty(&reply), "ErrorResponse");
+    let v = body(&reply);
+    assert_eq!(
+        (v["resultCode"].clone(), v["errorCode"].clone()),
+        (json!(500), json!(400))
+    );
+    assert!(v["message"].as_str().unwrap().contains("port"), "{v}");
+    let mut bad = super::grpc::payload("InstanceRequest", &json!({}));
+    bad.body.as_mut().unwrap().value = b"not json".to_vec();
+    let reply = pb::request_client::RequestClient::new(g.channel.clone())
+        .request(bad)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(body(&reply)["errorCode"], 502);
+}

@@ -83,7 +83,9 @@ async fn main() {
         fail("usage: gangway-nacos-rust-check HTTP_ADDR GRPC_PORT SERVICE".into());
     }
     let (addr, service) = (&args[1], args[3].clone());
-    let grpc_port: u16 = args[2].parse().unwrap_or_else(|_| fail("bad GRPC_PORT".into()));
+    let grpc_port: u16 = args[2]
+        .parse()
+        .unwrap_or_else(|_| fail("bad GRPC_PORT".into()));
     let group = Some(GROUP.to_owned());
 
     let consumer = client(addr, grpc_port, "rust-consumer").await;
@@ -91,7 +93,12 @@ async fn main() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let t = Instant::now();
     if let Err(e) = consumer
-        .subscribe(service.clone(), group.clone(), Vec::new(), Arc::new(Events(tx)))
+        .subscribe(
+            service.clone(),
+            group.clone(),
+            Vec::new(),
+            Arc::new(Events(tx)),
+        )
         .await
     {
         fail(format!("subscribe: {e:?}"));

@@ -12,7 +12,7 @@ use super::error::RequestError;
 use super::target::Target;
 use crate::Client;
 use crate::balance::pickable;
-use crate::outlier::{OutlierMetrics, Outcome};
+use crate::outlier::{Outcome, OutlierMetrics};
 use crate::retry::{Failure, is_idempotent, may_retry};
 
 /// Response header by which a draining instance says so in band (DESIGN §4).
@@ -77,7 +77,8 @@ pub struct HttpResponse {
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct HttpClient {
-    registry: Client,
+    /// Where services are resolved; `None` for a client over fixed view sources only.
+    registry: Option<Client>,
     config: HttpConfig,
     metrics: Option<OutlierMetrics>,
     targets: Arc<tokio::sync::Mutex<HashMap<String, Arc<Target>>>>,
@@ -103,21 +104,54 @@ impl HttpClient {
     /// [`crate::Error::InvalidConfig`] listing every problem of `config.retry` and
     /// `config.outlier`.
     pub fn new(registry: Client, config: HttpConfig) -> Result<Self, crate::Error> {
+        Self::check(&config)?;
+        Ok(Self {
+            registry: Some(registry),
+            config,
+            metrics: None,
+            targets: Arc::new(tokio::sync::Mutex::new(HashMap::new())),
+        })
+    }
+
+    /// A client over views that come from elsewhere (for example a poller of another
+    /// registry, or a fixed list in tests): `views` maps each service name to its view channel.
+    /// URLs naming other services fail with [`RequestError::Resolve`].
+    ///
+    /// # Errors
+    /// As [`HttpClient::new`].
+    pub fn from_views(
+        views: Vec<(
+            ServiceKey,
+            tokio::sync::watch::Receiver<Arc<gangway_core::View>>,
+        )>,
+        config: HttpConfig,
+    ) -> Result<Self, crate::Error> {
+        Self::check(&config)?;
+        let mut targets = HashMap::new();
+        for (key, rx) in views {
+            let target = Target::new(key.clone(), rx, None, &config, None)?;
+            targets.insert(key.service, target);
+        }
+        Ok(Self {
+            registry: None,
+            config,
+            metrics: None,
+            targets: Arc::new(tokio::sync::Mutex::new(targets)),
+        })
+    }
+
+    fn check(config: &HttpConfig) -> Result<(), crate::Error> {
         let mut problems = config.retry.problems();
         if let Some(Err(crate::Error::InvalidConfig { problems: more })) =
             config.outlier.as_ref().map(|o| o.validate())
         {
             problems.extend(more);
         }
-        if !problems.is_empty() {
-            return Err(crate::Error::InvalidConfig { problems });
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::Error::InvalidConfig { problems })
         }
-        Ok(Self {
-            registry,
-            config,
-            metrics: None,
-            targets: Arc::new(tokio::sync::Mutex::new(HashMap::new())),
-        })
     }
 
     /// Counts ejections and recoveries of every service in `metrics` (register it with
@@ -159,7 +193,7 @@ impl HttpClient {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let view = target.subscription.view();
+            let view = target.views.borrow().clone();
             let candidates = target.candidates(&view, &tried);
             let Some(instance) = target.balancer.pick_from(&candidates) else {
                 return Err(RequestError::NoInstance { service });
@@ -267,12 +301,25 @@ impl HttpClient {
             service: service.to_owned(),
             source,
         };
-        let mut subscription = self.registry.subscribe(key).await.map_err(resolve)?;
+        let registry = self
+            .registry
+            .as_ref()
+            .ok_or_else(|| resolve(crate::Error::Closed))?;
+        let mut subscription = registry.subscribe(key).await.map_err(resolve)?;
         // A first request should not fail only because the first push is on its way.
         let _ = subscription
             .wait_for(|v| !v.instances.is_empty(), self.config.first_view_wait)
             .await;
-        let target = Target::new(subscription, &self.config, self.metrics.as_ref()).map_err(resolve)?;
+        let views = subscription.receiver();
+        let key = subscription.service().clone();
+        let target = Target::new(
+            key,
+            views,
+            Some(subscription),
+            &self.config,
+            self.metrics.as_ref(),
+        )
+        .map_err(resolve)?;
         targets.insert(service.to_owned(), target.clone());
         Ok(target)
     }

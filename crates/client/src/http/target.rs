@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use gangway_core::model::{Instance, InstanceKey};
+use gangway_core::model::{Instance, InstanceKey, ServiceKey};
 use gangway_core::view::View;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::config::{DRAINING_HOLD, HttpConfig};
@@ -15,7 +16,10 @@ use crate::outlier::{OutlierDetector, OutlierMetrics, RecoveryCheck};
 use crate::retry::RetryBudget;
 
 pub(crate) struct Target {
-    pub(crate) subscription: Subscription,
+    /// The service's view, from a subscription or any other source.
+    pub(crate) views: watch::Receiver<Arc<View>>,
+    /// Keeps the registry subscription alive (None for other view sources).
+    _subscription: Option<Subscription>,
     pub(crate) balancer: Box<dyn Balancer>,
     pub(crate) budget: RetryBudget,
     pub(crate) detector: Option<Arc<OutlierDetector>>,
@@ -41,13 +45,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Target {
     /// Errors: an invalid outlier config (checked before in [`HttpClient::new`](super::HttpClient::new)).
     pub(crate) fn new(
-        subscription: Subscription,
+        service: ServiceKey,
+        views: watch::Receiver<Arc<View>>,
+        subscription: Option<Subscription>,
         config: &HttpConfig,
         metrics: Option<&OutlierMetrics>,
     ) -> Result<Arc<Self>, crate::Error> {
         let detector = match config.outlier.clone() {
             Some(c) => {
-                let d = OutlierDetector::new(subscription.service().clone(), c)?;
+                let d = OutlierDetector::new(service, c)?;
                 Some(Arc::new(match metrics {
                     Some(m) => d.with_metrics(m.clone()),
                     None => d,
@@ -55,10 +61,13 @@ impl Target {
             }
             None => None,
         };
-        let tcp_checks = config.outlier.as_ref().is_some_and(|o| o.check == RecoveryCheck::TcpConnect);
+        let tcp_checks = config
+            .outlier
+            .as_ref()
+            .is_some_and(|o| o.check == RecoveryCheck::TcpConnect);
         Ok(Arc::new_cyclic(|weak: &std::sync::Weak<Target>| {
             let weak = weak.clone();
-            let mut rx = subscription.receiver();
+            let mut rx = views.clone();
             // Follows the view: instances that leave it lose their pool (idle connections
             // close, none is reused), their draining mark and their outlier state.
             // With TCP recovery checks it also connects to ejected instances whose check is due.
@@ -86,7 +95,8 @@ impl Target {
                 balancer: config.balancer.build(),
                 budget: RetryBudget::new(&config.retry),
                 detector,
-                subscription,
+                views,
+                _subscription: subscription,
                 pools: Mutex::new(HashMap::new()),
                 draining: Mutex::new(HashMap::new()),
                 config: config.clone(),
@@ -96,7 +106,9 @@ impl Target {
     }
 
     fn run_tcp_checks(&self) {
-        let Some(detector) = &self.detector else { return };
+        let Some(detector) = &self.detector else {
+            return;
+        };
         for instance in detector.due_tcp_checks() {
             let detector = detector.clone();
             let timeout = self.config.connect_timeout;
@@ -119,19 +131,30 @@ impl Target {
 
     /// Candidates for the next attempt: pickable, not draining, admitted by the outlier
     /// detector, then not tried yet (unless nothing else is left).
-    pub(crate) fn candidates<'a>(&self, view: &'a View, tried: &[InstanceKey]) -> Vec<&'a Instance> {
+    pub(crate) fn candidates<'a>(
+        &self,
+        view: &'a View,
+        tried: &[InstanceKey],
+    ) -> Vec<&'a Instance> {
         let now = Instant::now();
         let draining = {
             let mut d = lock(&self.draining);
             d.retain(|_, since| now.duration_since(*since) < DRAINING_HOLD);
             d.keys().cloned().collect::<Vec<_>>()
         };
-        let all: Vec<&Instance> = pickable(view).into_iter().filter(|i| !draining.contains(&i.key)).collect();
+        let all: Vec<&Instance> = pickable(view)
+            .into_iter()
+            .filter(|i| !draining.contains(&i.key))
+            .collect();
         let admitted = match &self.detector {
             Some(d) => d.admit(all),
             None => all,
         };
-        let fresh: Vec<&Instance> = admitted.iter().copied().filter(|i| !tried.contains(&i.key)).collect();
+        let fresh: Vec<&Instance> = admitted
+            .iter()
+            .copied()
+            .filter(|i| !tried.contains(&i.key))
+            .collect();
         if fresh.is_empty() { admitted } else { fresh }
     }
 

@@ -50,6 +50,7 @@ pub mod outlier;
 pub mod retry;
 mod session;
 mod subscription;
+pub mod tower;
 mod wire;
 
 pub use client::{Client, DrainReport, Registration, SessionInfo, SubscriberAck};

@@ -456,6 +456,27 @@ def v1_malformed(server, scratch):
     print(f"    {n} malformed v1 requests (query and form): 400 + 'caused: ...;' naming the parameter; state unchanged")
 
 
+def server_stop_with_clients(server, scratch):
+    """SIGTERM of a server with a Nacos gRPC client connected: it resets the connection and exits."""
+    own = tempfile.mkdtemp(prefix="stop-", dir=scratch)
+    other = Server(own)
+    c = python_child(other, own, "holder", other.addr, "py-stop-server", "10.5.0.3", "9003")
+    try:
+        c.wait_line(lambda l: l == "READY")
+        t0 = time.monotonic()
+        other.proc.terminate()
+        try:
+            other.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            raise Failed("server still running 5 s after SIGTERM with a Nacos client connected")
+        took = time.monotonic() - t0
+        print(f"    server exited {took * 1000:.0f} ms after SIGTERM (status {other.proc.returncode})")
+        check(other.proc.returncode == 0, f"exit status {other.proc.returncode}")
+    finally:
+        c.kill()
+        other.stop()
+
+
 SCENARIOS = [
     python_basic,
     python_sigkill,
@@ -463,6 +484,7 @@ SCENARIOS = [
     cross_protocol_drain,
     rust_sdk,
     v1_malformed,
+    server_stop_with_clients,
     node_basic,
     node_killed,
 ]

@@ -74,7 +74,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     let nacos = nacos::Nacos::new(registry.clone());
     let router =
         http::router(registry.clone(), prometheus).merge(nacos::http::router(nacos.clone()));
-    let (nacos_request, nacos_bi_stream) = nacos::grpc::services(nacos);
+    let (nacos_request, nacos_bi_stream) = nacos::grpc::services(nacos.clone());
     let mut http_stop = stopped.clone();
     let http_task = tokio::spawn(async move {
         axum::serve(
@@ -101,6 +101,8 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
             .add_service(nacos_bi_stream)
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async move {
                 let _ = grpc_stop.wait_for(|s| *s).await;
+                // Nacos streams last as long as their clients: end them, or shutdown waits.
+                nacos.reset_all().await;
             })
             .await
             .context("gRPC server")

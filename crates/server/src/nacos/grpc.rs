@@ -17,13 +17,15 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use gangway_core::model::{DEFAULT_WEIGHT, Instance, InstanceKey, ProbeSpec, ServiceKey};
 use gangway_proto::nacos as pb;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
@@ -81,10 +83,16 @@ pub struct NacosGrpc {
     nacos: Nacos,
 }
 
+/// Connections that never opened their stream are forgotten after this.
+const UNSET_CONN_EXPIRY: Duration = Duration::from_secs(60);
+
 /// One Nacos gRPC connection (transport).
 pub struct Conn {
     /// Nacos connection id: `<ms>_<ip>_<port>`.
     pub id: String,
+    created: Instant,
+    /// Asks the connection's stream to end (failed client detection).
+    stop: Notify,
     state: Mutex<ConnState>,
 }
 
@@ -97,6 +105,9 @@ struct ConnState {
     subs: HashMap<ServiceKey, Sub>,
     /// Push request id -> (subscriber id, revision pushed).
     pending: HashMap<String, (String, u64)>,
+    /// Last request or stream message from the client.
+    last_active: Option<Instant>,
+    detector: Option<tokio::task::AbortHandle>,
 }
 
 struct Sub {
@@ -109,6 +120,10 @@ impl Conn {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn touch(&self) {
+        self.lock().last_active = Some(Instant::now());
     }
 }
 
@@ -301,12 +316,16 @@ fn type_of(p: &pb::Payload) -> &str {
 impl Nacos {
     fn conn_or_new(&self, peer: SocketAddr) -> Arc<Conn> {
         let mut conns = self.conns();
+        // Server checks whose stream never came (the client gave up) leave entries behind.
+        conns.retain(|_, c| c.lock().session.is_some() || c.created.elapsed() < UNSET_CONN_EXPIRY);
         conns
             .entry(peer)
             .or_insert_with(|| {
                 let ms = super::now_ms();
                 Arc::new(Conn {
                     id: format!("{ms}_{}_{}", peer.ip(), peer.port()),
+                    created: Instant::now(),
+                    stop: Notify::new(),
                     state: Mutex::new(ConnState::default()),
                 })
             })
@@ -316,7 +335,10 @@ impl Nacos {
     /// The connection of `peer` and its session, if set up.
     fn registered(&self, peer: SocketAddr) -> Option<(Arc<Conn>, String)> {
         let conn = self.conns().get(&peer).cloned()?;
-        let session = conn.lock().session.clone()?;
+        let mut st = conn.lock();
+        let session = st.session.clone()?;
+        st.last_active = Some(Instant::now());
+        drop(st);
         Some((conn, session))
     }
 
@@ -645,7 +667,17 @@ impl Nacos {
         tx: mpsc::Sender<pb::Payload>,
     ) {
         let mut conn: Option<Arc<Conn>> = None;
+        let mut closing = self.inner.closing.subscribe();
         loop {
+            if *closing.borrow_and_update() {
+                break;
+            }
+            let stop = async {
+                match &conn {
+                    Some(c) => c.stop.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 msg = inbound.message() => match msg {
                     Ok(Some(p)) => self.on_stream(peer, p, &tx, &mut conn).await,
@@ -656,6 +688,12 @@ impl Nacos {
                     }
                 },
                 _ = tx.closed() => break,
+                _ = stop => break,
+                changed = closing.changed() => {
+                    if changed.is_err() || *closing.borrow_and_update() {
+                        break;
+                    }
+                }
             }
         }
         if let Some(conn) = conn {
@@ -671,6 +709,9 @@ impl Nacos {
         conn: &mut Option<Arc<Conn>>,
     ) {
         let ty = type_of(&p).to_owned();
+        if let Some(c) = conn.as_ref() {
+            c.touch();
+        }
         let Some(body) = body_of(&p) else {
             tracing::debug!(%peer, %ty, "nacos stream message without a JSON body");
             return;
@@ -707,6 +748,11 @@ impl Nacos {
                     }
                     st.client_name = client_name;
                     st.tx = Some(tx.clone());
+                    st.last_active = Some(Instant::now());
+                    if st.detector.is_none() {
+                        let task = tokio::spawn(self.clone().detect(c.clone(), tx.clone()));
+                        st.detector = Some(task.abort_handle());
+                    }
                 }
                 *conn = Some(c);
                 let ack = json!({
@@ -734,12 +780,71 @@ impl Nacos {
         }
     }
 
+    /// Client detection (Nacos's `ClientDetectionRequest`): a connection silent for
+    /// `detect_after` is probed; without any answer within `detect_timeout` its stream is ended,
+    /// which releases its instances and subscriptions.
+    async fn detect(self, conn: Arc<Conn>, tx: mpsc::Sender<pb::Payload>) {
+        let (after, timeout) = (self.inner.detect_after, self.inner.detect_timeout);
+        let tick = (after / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        loop {
+            tokio::time::sleep(tick).await;
+            let last = conn.lock().last_active.unwrap_or(conn.created);
+            if last.elapsed() < after {
+                continue;
+            }
+            let probe = json!({
+                "requestId": format!("detect-{}", self.next_id()),
+                "headers": {},
+                "module": "internal",
+            });
+            let sent = Instant::now();
+            if tx
+                .send(payload("ClientDetectionRequest", &probe))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            tokio::time::sleep(timeout).await;
+            if conn.lock().last_active.is_none_or(|t| t < sent) {
+                tracing::info!(connection = %conn.id, "nacos client detection: no answer, closing the connection");
+                conn.stop.notify_one();
+                return;
+            }
+        }
+    }
+
+    /// Server shutdown: sends every connection a `ConnectResetRequest` (the client reconnects,
+    /// to another server of its list if it has one) and ends every stream, so the gRPC server's
+    /// graceful shutdown does not wait on them.
+    pub async fn reset_all(&self) {
+        let conns: Vec<Arc<Conn>> = self.conns().values().cloned().collect();
+        for conn in conns {
+            let tx = conn.lock().tx.clone();
+            if let Some(tx) = tx {
+                let reset = json!({
+                    "requestId": format!("reset-{}", self.next_id()),
+                    "headers": {},
+                    "module": "internal",
+                    "serverIp": "",
+                    "serverPort": "",
+                    "connectionId": conn.id,
+                });
+                let _ = tx.try_send(payload("ConnectResetRequest", &reset));
+            }
+        }
+        self.inner.closing.send_replace(true);
+    }
+
     /// Ends a connection: its subscriptions, then its session (its instances go at once).
     fn close(&self, peer: SocketAddr, conn: &Arc<Conn>) {
         let (subs, session) = {
             let mut st = conn.lock();
             st.tx = None;
             st.pending.clear();
+            if let Some(d) = st.detector.take() {
+                d.abort();
+            }
             (std::mem::take(&mut st.subs), st.session.take())
         };
         for (_, sub) in subs {

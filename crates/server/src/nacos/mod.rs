@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gangway_core::model::ServiceKey;
 
@@ -28,6 +28,13 @@ pub mod http;
 pub mod model;
 
 use model::{ServiceInfo, cluster_list, grouped, nacos_instance, select};
+
+/// A gRPC connection silent this long is probed with a `ClientDetectionRequest` (Nacos: 20 s).
+/// HTTP/2 keepalive pings remove frozen peers much sooner; this catches a client whose
+/// transport still answers pings but whose application stopped talking.
+pub const DEFAULT_DETECT_AFTER: Duration = Duration::from_secs(20);
+/// A probed connection that does not answer within this is closed (Nacos: 5 s).
+pub const DEFAULT_DETECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Prefix of the `client_name` of every subscriber that came through a Nacos protocol; the
 /// drain uses it to warn that Nacos SDKs ignore empty instance lists.
@@ -47,6 +54,12 @@ struct Inner {
     /// gRPC connections by transport (peer address): unary calls and the stream share it.
     conns: Mutex<HashMap<SocketAddr, Arc<grpc::Conn>>>,
     next_id: AtomicU64,
+    /// Set once the server stops: every connection stream ends.
+    closing: tokio::sync::watch::Sender<bool>,
+    /// Client detection: a connection silent this long gets a `ClientDetectionRequest`...
+    detect_after: Duration,
+    /// ...and is closed when it does not answer within this.
+    detect_timeout: Duration,
 }
 
 fn now_ms() -> u64 {
@@ -57,14 +70,25 @@ fn now_ms() -> u64 {
 }
 
 impl Nacos {
-    /// The Nacos layer over `registry`.
+    /// The Nacos layer over `registry`, with Nacos's client detection timing
+    /// ([`DEFAULT_DETECT_AFTER`], [`DEFAULT_DETECT_TIMEOUT`]).
     pub fn new(registry: Registry) -> Self {
+        Self::with_detection(registry, DEFAULT_DETECT_AFTER, DEFAULT_DETECT_TIMEOUT)
+    }
+
+    /// The Nacos layer with its own client detection timing: a gRPC connection that sent
+    /// nothing for `after` is probed with a `ClientDetectionRequest` and closed (its instances
+    /// go) when no answer comes within `timeout`.
+    pub fn with_detection(registry: Registry, after: Duration, timeout: Duration) -> Self {
         Self {
             inner: Arc::new(Inner {
                 registry,
                 ref_times: Mutex::new(HashMap::new()),
                 conns: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
+                closing: tokio::sync::watch::channel(false).0,
+                detect_after: after,
+                detect_timeout: timeout,
             }),
         }
     }

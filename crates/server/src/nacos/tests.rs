@@ -332,12 +332,18 @@ async fn v3_envelope_and_unsupported_paths() {
 
 struct Grpc {
     registry: Registry,
+    nacos: Nacos,
     channel: tonic::transport::Channel,
 }
 
 async fn grpc() -> Grpc {
     let registry = registry();
-    let (request, bi) = super::grpc::services(Nacos::new(registry.clone()));
+    grpc_with(Nacos::new(registry)).await
+}
+
+async fn grpc_with(nacos: Nacos) -> Grpc {
+    let registry = nacos.registry().clone();
+    let (request, bi) = super::grpc::services(nacos.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
@@ -351,7 +357,11 @@ async fn grpc() -> Grpc {
         .connect()
         .await
         .unwrap();
-    Grpc { registry, channel }
+    Grpc {
+        registry,
+        nacos,
+        channel,
+    }
 }
 
 fn body(p: &pb::Payload) -> Value {
@@ -515,4 +525,74 @@ async fn grpc_refusals_are_error_responses() {
         .unwrap()
         .into_inner();
     assert_eq!(body(&reply)["errorCode"], 502);
+}
+
+async fn register_one(g: &Grpc) {
+    let reply = g
+        .unary(
+            "InstanceRequest",
+            json!({"requestId": "r", "serviceName": "orders", "type": "registerInstance",
+                   "instance": {"ip": "10.0.0.1", "port": 80}}),
+        )
+        .await;
+    assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
+}
+
+#[tokio::test]
+async fn grpc_client_detection_keeps_answering_clients_and_closes_silent_ones() {
+    let nacos = Nacos::with_detection(
+        registry(),
+        Duration::from_millis(200),
+        Duration::from_millis(300),
+    );
+    let g = grpc_with(nacos).await;
+    let (tx, mut inbound) = g.setup().await;
+    register_one(&g).await;
+    let key = ServiceKey::named("orders");
+    // Answer two probes: the connection stays.
+    for _ in 0..2 {
+        let probe = inbound.message().await.unwrap().unwrap();
+        assert_eq!(ty(&probe), "ClientDetectionRequest");
+        tx.send(super::grpc::payload(
+            "ClientDetectionResponse",
+            &json!({"requestId": body(&probe)["requestId"], "resultCode": 200}),
+        ))
+        .await
+        .unwrap();
+    }
+    assert_eq!(g.registry.view(&key).instances.len(), 1);
+    // Stop answering: the next probe goes unanswered, the stream ends, the instance goes.
+    let probe = inbound.message().await.unwrap().unwrap();
+    assert_eq!(ty(&probe), "ClientDetectionRequest");
+    let ended = tokio::time::timeout(Duration::from_secs(5), inbound.message()).await;
+    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "{ended:?}");
+    let registry = g.registry.clone();
+    eventually(|| registry.view(&key).instances.is_empty()).await;
+    drop(tx);
+}
+
+#[tokio::test]
+async fn grpc_shutdown_resets_connections_and_ends_streams() {
+    let g = grpc().await;
+    let (_tx, mut inbound) = g.setup().await;
+    register_one(&g).await;
+    g.nacos.reset_all().await;
+    let reset = inbound.message().await.unwrap().unwrap();
+    assert_eq!(ty(&reset), "ConnectResetRequest");
+    assert!(
+        body(&reset)["connectionId"]
+            .as_str()
+            .unwrap()
+            .contains("_127.0.0.1_")
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), inbound.message()).await;
+    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "{ended:?}");
+    let registry = g.registry.clone();
+    eventually(|| {
+        registry
+            .view(&ServiceKey::named("orders"))
+            .instances
+            .is_empty()
+    })
+    .await;
 }

@@ -143,13 +143,14 @@ class Child:
         for line in self.proc.stdout:
             self.lines.append((time.time(), line.rstrip("\n")))
 
-    def wait_line(self, pred, timeout=30):
+    def wait_line(self, pred, timeout=30, since=0):
+        """The first line from index `since` on that satisfies `pred`, with its arrival time."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for t, line in list(self.lines):
+            for t, line in list(self.lines)[since:]:
                 if pred(line):
                     return t, line
-            if self.proc.poll() is not None and not any(pred(l) for _, l in self.lines):
+            if self.proc.poll() is not None and not any(pred(l) for _, l in self.lines[since:]):
                 break
             time.sleep(0.02)
         raise Failed(f"no expected line; output so far: {[l for _, l in self.lines][-15:]}")
@@ -264,6 +265,7 @@ def cross_protocol_drain(server, scratch):
 
         c.wait_line(lambda l: l == "READY")
         c.wait_line(hosts_line(["10.6.0.1:9101", "10.6.0.2:9102"]))
+        since = len(c.lines)
         status, body = server.get(f"/v1/services/{svc}/subscribers")
         subs = json.loads(body)["subscribers"]
         nacos_subs = [s for s in subs if s["client_name"].startswith("nacos-grpc")]
@@ -297,7 +299,7 @@ def cross_protocol_drain(server, scratch):
         check(report["complete"], f"drain not complete: {report}")
         acked = [a for a in report["acked"] if a["id"] == sub_id]
         check(acked and acked[0]["acked_revision"] >= report["revision"], f"acked: {report}")
-        t_seen, _ = c.wait_line(hosts_line(["10.6.0.2:9102"]), timeout=5)
+        t_seen, _ = c.wait_line(hosts_line(["10.6.0.2:9102"]), timeout=5, since=since)
         check(t_seen <= t_end, "the consumer applied the list after the drain returned")
         print(
             f"    drain complete in {report['waited_ms']} ms; Python consumer {sub_id} acked "
@@ -456,6 +458,54 @@ def v1_malformed(server, scratch):
     print(f"    {n} malformed v1 requests (query and form): 400 + 'caused: ...;' naming the parameter; state unchanged")
 
 
+def one_registry(server, scratch):
+    """A gRPC (Python) and a v1 instance in one service: native view, offline via Nacos and via gangway."""
+    svc = "one-reg"
+    c = python_child(server, scratch, "holder", server.addr, svc, "10.5.0.5", "9005")
+    consumer = python_child(server, scratch, "consumer", server.addr, svc)
+    try:
+        c.wait_line(lambda l: l == "READY")
+        status, body = server.request(
+            "POST", "/nacos/v1/ns/instance", {"serviceName": svc, "ip": "10.5.0.6", "port": "9006"}
+        )
+        check((status, body) == (200, "ok"), f"v1 register: {status} {body}")
+
+        def native():
+            _, body = server.get(f"/v1/services/{svc}/instances")
+            return sorted((i["ip"], i["liveness"]) for i in json.loads(body)["instances"])
+
+        check(
+            native() == [("10.5.0.5", "session"), ("10.5.0.6", "lease")],
+            f"native view: {native()}",
+        )
+        print("    native view lists the gRPC instance (session) and the v1 instance (lease)")
+
+        def pushed(want):
+            return lambda l: l.startswith("{") and json.loads(l)["hosts"] == want
+
+        consumer.wait_line(pushed(["10.5.0.5:9005", "10.5.0.6:9006"]))
+        # Nacos's manual offline of the gRPC-registered instance: hidden from every protocol.
+        status, body = server.request(
+            "PUT", "/nacos/v1/ns/instance",
+            {"serviceName": svc, "ip": "10.5.0.5", "port": "9005", "enabled": "false"},
+        )
+        check((status, body) == (200, "ok"), f"v1 offline: {status} {body}")
+        check(native() == [("10.5.0.6", "lease")], f"native view after Nacos offline: {native()}")
+        check([h["ip"] for h in server.v1_hosts(svc)] == ["10.5.0.6"], "v1 list after offline")
+        consumer.wait_line(pushed(["10.5.0.6:9006"]), timeout=5)
+        print("    PUT /nacos/v1/ns/instance enabled=false: gone from the native view, the v1 list and the Python push")
+        # gangway's online brings it back everywhere.
+        since = len(consumer.lines)
+        code, out, err, _ = gangway_cli(server, "online", svc, "10.5.0.5:9005")
+        check(code == 0, f"gangway online: {code} {out} {err}")
+        consumer.wait_line(pushed(["10.5.0.5:9005", "10.5.0.6:9006"]), timeout=5, since=since)
+        check(len(server.v1_hosts(svc)) == 2, "v1 list after online")
+        print("    gangway online: back in the v1 list and the Python push")
+    finally:
+        c.kill()
+        consumer.kill()
+
+
 def server_stop_with_clients(server, scratch):
     """SIGTERM of a server with a Nacos gRPC client connected: it resets the connection and exits."""
     own = tempfile.mkdtemp(prefix="stop-", dir=scratch)
@@ -482,6 +532,7 @@ SCENARIOS = [
     python_sigkill,
     python_sigstop,
     cross_protocol_drain,
+    one_registry,
     rust_sdk,
     v1_malformed,
     server_stop_with_clients,

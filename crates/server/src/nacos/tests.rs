@@ -596,3 +596,56 @@ async fn grpc_shutdown_resets_connections_and_ends_streams() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn drain_of_the_last_instance_notes_the_nacos_empty_list_quirk() {
+    let app = app();
+    app.call(Method::POST, REG).await;
+    app.call(
+        Method::POST,
+        "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.2&port=8080",
+    )
+    .await;
+    let key = ServiceKey::named("orders");
+    let drain = |ip: &'static str, registry: Registry, key: ServiceKey| async move {
+        let instance = InstanceKey::new(ip, 8080, "");
+        let registry2 = registry.clone();
+        let key2 = key.clone();
+        // The poller acks on its next poll.
+        let poll = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            registry2
+                .poll(&key2, "nacos-v1-test", "10.1.1.1:5555".into())
+                .unwrap();
+        });
+        let report = registry
+            .drain(&key, &instance, Duration::from_secs(5), true)
+            .await
+            .unwrap();
+        poll.await.unwrap();
+        report
+    };
+    // A Nacos v1 poller (its name is what the v1 list derives from clientIP:udpPort).
+    app.registry
+        .poll(&key, "nacos-v1-test", "10.1.1.1:5555".into())
+        .unwrap();
+    let first = drain("10.0.0.1", app.registry.clone(), key.clone()).await;
+    assert!(first.complete);
+    assert!(
+        first
+            .notes
+            .iter()
+            .all(|n| !n.contains("empty instance list")),
+        "another instance still serves: {:?}",
+        first.notes
+    );
+    let last = drain("10.0.0.2", app.registry.clone(), key.clone()).await;
+    assert!(last.complete, "acked, yet unprovable: {last:?}");
+    assert!(
+        last.notes
+            .iter()
+            .any(|n| n.contains("ignore an empty instance list") && n.contains("10.0.0.2:8080")),
+        "{:?}",
+        last.notes
+    );
+}

@@ -83,6 +83,16 @@ pub enum ApiError {
         /// The innermost cause.
         reason: String,
     },
+    /// The answer did not come from a gangway registry: a 4xx or 501 without gangway's error
+    /// body, a body that is not JSON where JSON was expected, or not HTTP/1 at all.
+    NotRegistry {
+        /// `host:port` as configured.
+        server: String,
+        /// What gave it away, e.g. `HTTP 404 Not Found`.
+        detail: String,
+        /// What the user may have got wrong (the gRPC port), if we can tell.
+        hint: Option<&'static str>,
+    },
     /// The answer did not have the expected shape.
     Decode {
         /// What was being read.
@@ -370,11 +380,6 @@ impl Registry {
         })
     }
 
-    /// The server as configured, for messages.
-    pub fn server(&self) -> &str {
-        &self.server
-    }
-
     /// `GET /v1/services`, optionally filtered.
     pub async fn services(
         &self,
@@ -494,7 +499,27 @@ impl Registry {
             .send()
             .await
             .map_err(|e| self.transport_error(&e, None))?;
-        let resp = check_status(resp).await?;
+        let resp = check_status(&self.server, resp).await?;
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !content_type.starts_with("text/event-stream") {
+            return Err(ApiError::NotRegistry {
+                server: self.server.clone(),
+                detail: format!(
+                    "HTTP {} answered with {} instead of an event stream",
+                    status_text(resp.status()),
+                    if content_type.is_empty() {
+                        "no content type"
+                    } else {
+                        content_type
+                    }
+                ),
+                hint: None,
+            });
+        }
         Ok(Watch {
             resp,
             events: EventParser::default(),
@@ -525,11 +550,20 @@ impl Registry {
             .send()
             .await
             .map_err(|e| self.transport_error(&e, Some(timeout)))?;
-        let resp = check_status(resp).await?;
+        let resp = check_status(&self.server, resp).await?;
+        let status = resp.status();
         let body = resp
             .text()
             .await
             .map_err(|e| self.transport_error(&e, Some(timeout)))?;
+        // Every answer of the REST API is JSON: anything else is some other server.
+        if serde_json::from_str::<serde::de::IgnoredAny>(&body).is_err() {
+            return Err(ApiError::NotRegistry {
+                server: self.server.clone(),
+                detail: format!("HTTP {}, the answer is not JSON", status_text(status)),
+                hint: None,
+            });
+        }
         Ok(Reply {
             body,
             kind: PhantomData,
@@ -538,6 +572,14 @@ impl Registry {
 
     fn transport_error(&self, e: &reqwest::Error, timeout: Option<Duration>) -> ApiError {
         let server = self.server.clone();
+        let reason = innermost(e);
+        if speaks_http2_only(&reason) {
+            return ApiError::NotRegistry {
+                server,
+                detail: reason,
+                hint: Some(GRPC_PORT_HINT),
+            };
+        }
         match timeout {
             Some(after) if e.is_timeout() => ApiError::Timeout { server, after },
             _ if e.is_connect() => ApiError::Unreachable {
@@ -549,6 +591,33 @@ impl Registry {
                 reason: innermost(e),
             },
         }
+    }
+}
+
+/// Added to errors that suggest `--server` names the registry's gRPC (HTTP/2-only) port.
+pub const GRPC_PORT_HINT: &str = "is this the gRPC port? the REST port is usually 8848";
+
+/// Whether a transport failure reads like an HTTP/2-only server (gRPC) answering HTTP/1.1:
+/// hyper either parses the server's SETTINGS frame as a response ("invalid HTTP version
+/// parsed") or sees it arrive before the request went out ("received unexpected message from
+/// connection").
+fn speaks_http2_only(reason: &str) -> bool {
+    let r = reason.to_ascii_lowercase();
+    [
+        "invalid http version",
+        "unexpected message from connection",
+        "http/2",
+        "http2",
+    ]
+    .iter()
+    .any(|s| r.contains(s))
+}
+
+/// `404 Not Found`.
+fn status_text(status: reqwest::StatusCode) -> String {
+    match status.canonical_reason() {
+        Some(reason) => format!("{} {reason}", status.as_u16()),
+        None => status.as_u16().to_string(),
     }
 }
 
@@ -621,6 +690,20 @@ impl fmt::Display for ApiError {
                     "lost the connection to the registry at {server}: {reason}"
                 )
             }
+            ApiError::NotRegistry {
+                server,
+                detail,
+                hint,
+            } => {
+                write!(
+                    f,
+                    "{server} does not look like a gangway registry ({detail})"
+                )?;
+                if let Some(hint) = hint {
+                    write!(f, "; {hint}")?;
+                }
+                Ok(())
+            }
             ApiError::Decode { what, reason } => {
                 write!(f, "unexpected answer from the registry ({what}): {reason}")
             }
@@ -631,27 +714,41 @@ impl fmt::Display for ApiError {
 impl std::error::Error for ApiError {}
 
 /// The error from a non-2xx answer, or the answer itself.
-async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, ApiError> {
+async fn check_status(
+    server: &str,
+    resp: reqwest::Response,
+) -> Result<reqwest::Response, ApiError> {
     let status = resp.status();
     if status.is_success() {
         return Ok(resp);
     }
     let body = resp.text().await.unwrap_or_default();
     Err(status_error(
+        server,
         status.as_u16(),
         status.canonical_reason(),
         &body,
     ))
 }
 
-/// An [`ApiError::Status`] from a status and the error body (which may not be ours).
-pub fn status_error(status: u16, reason: Option<&str>, body: &str) -> ApiError {
+/// The error of a non-2xx answer from `server`: an [`ApiError::Status`] when the body is
+/// gangway's error JSON (or a 5xx, e.g. from a proxy in front of the registry), else
+/// [`ApiError::NotRegistry`] (a 4xx or 501 any registry would explain in its own words).
+pub fn status_error(server: &str, status: u16, reason: Option<&str>, body: &str) -> ApiError {
     match serde_json::from_str::<ErrorBody>(body) {
         Ok(ErrorBody { error }) => ApiError::Status {
             status,
             code: error.code,
             message: error.message,
             field: error.field,
+        },
+        Err(_) if (400..500).contains(&status) || status == 501 => ApiError::NotRegistry {
+            server: server.to_owned(),
+            detail: match reason {
+                Some(reason) => format!("HTTP {status} {reason}"),
+                None => format!("HTTP {status}"),
+            },
+            hint: None,
         },
         Err(_) => {
             let text = body.trim();
@@ -743,7 +840,7 @@ mod tests {
     #[test]
     fn error_body_with_field_reads_as_one_line() {
         let body = r#"{"error":{"code":"invalid_argument","message":"must be 1-65535, got 0","field":"port"}}"#;
-        let e = status_error(400, Some("Bad Request"), body);
+        let e = status_error("h:1", 400, Some("Bad Request"), body);
         assert_eq!(e.to_string(), "port: must be 1-65535, got 0 (HTTP 400)");
         assert!(matches!(e, ApiError::Status { status: 400, .. }));
     }
@@ -751,24 +848,67 @@ mod tests {
     #[test]
     fn error_message_already_naming_its_field_is_not_prefixed_twice() {
         let body = r#"{"error":{"code":"invalid_argument","message":"port: must be 1-65535, got 0","field":"port"}}"#;
-        let e = status_error(400, None, body);
+        let e = status_error("h:1", 400, None, body);
         assert_eq!(e.to_string(), "port: must be 1-65535, got 0 (HTTP 400)");
     }
 
     #[test]
-    fn foreign_error_bodies_fall_back_to_text_or_reason() {
+    fn foreign_5xx_bodies_fall_back_to_text_or_reason() {
         assert_eq!(
-            status_error(502, Some("Bad Gateway"), "").to_string(),
+            status_error("h:1", 502, Some("Bad Gateway"), "").to_string(),
             "Bad Gateway (HTTP 502)"
         );
         assert_eq!(
-            status_error(404, Some("Not Found"), "no route").to_string(),
-            "no route (HTTP 404)"
+            status_error("h:1", 503, Some("Service Unavailable"), "no upstream").to_string(),
+            "no upstream (HTTP 503)"
         );
         let html = "<html>\n<body>oops</body>\n</html>";
         assert_eq!(
-            status_error(500, None, html).to_string(),
+            status_error("h:1", 500, None, html).to_string(),
             "request failed (HTTP 500)"
+        );
+    }
+
+    #[test]
+    fn a_foreign_4xx_or_501_is_not_a_registry() {
+        assert_eq!(
+            status_error(
+                "127.0.0.1:28850",
+                404,
+                Some("Not Found"),
+                "404 page not found"
+            )
+            .to_string(),
+            "127.0.0.1:28850 does not look like a gangway registry (HTTP 404 Not Found)"
+        );
+        assert_eq!(
+            status_error("h:1", 501, Some("Not Implemented"), "").to_string(),
+            "h:1 does not look like a gangway registry (HTTP 501 Not Implemented)"
+        );
+        // Gangway's own 404 stays a 404 with its message.
+        let ours = r#"{"error":{"code":"not_found","message":"no instance","field":null}}"#;
+        assert_eq!(
+            status_error("h:1", 404, Some("Not Found"), ours).to_string(),
+            "no instance (HTTP 404)"
+        );
+    }
+
+    #[test]
+    fn an_http2_only_answer_hints_at_the_grpc_port() {
+        assert!(speaks_http2_only("invalid HTTP version parsed"));
+        assert!(speaks_http2_only(
+            "received unexpected message from connection"
+        ));
+        assert!(!speaks_http2_only("Connection refused (os error 111)"));
+        let e = ApiError::NotRegistry {
+            server: "127.0.0.1:9848".into(),
+            detail: "invalid HTTP version parsed".into(),
+            hint: Some(GRPC_PORT_HINT),
+        };
+        assert_eq!(
+            e.to_string(),
+            "127.0.0.1:9848 does not look like a gangway registry (invalid HTTP version \
+             parsed); is this the gRPC port? the REST port is usually 8848"
         );
     }
 

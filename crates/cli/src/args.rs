@@ -25,10 +25,10 @@ pub struct ServiceArgs {
     #[arg(value_name = "SERVICE")]
     pub service: String,
     /// Namespace [registry default: public].
-    #[arg(long, short = 'n', env = "GANGWAY_NAMESPACE")]
+    #[arg(long, short = 'n', env = "GANGWAY_NAMESPACE", value_parser = parse_name)]
     pub namespace: Option<String>,
     /// Group [registry default: DEFAULT_GROUP].
-    #[arg(long, short = 'g', env = "GANGWAY_GROUP")]
+    #[arg(long, short = 'g', env = "GANGWAY_GROUP", value_parser = parse_name)]
     pub group: Option<String>,
 }
 
@@ -39,10 +39,12 @@ pub struct InstanceArgs {
     #[allow(missing_docs)]
     pub service: ServiceArgs,
     /// Instance address: 10.0.0.5:8080, [fd00::5]:8080 or host.example:8080.
-    #[arg(value_name = "IP:PORT", value_parser = parse_addr)]
+    // `allow_hyphen_values`: `-host:8080` is a (bad) address, not a bundle of short flags
+    // (`-h` would print the help and exit 0). Known flags in its place still parse as flags.
+    #[arg(value_name = "IP:PORT", value_parser = parse_addr, allow_hyphen_values = true)]
     pub addr: Addr,
     /// Cluster [registry default: DEFAULT].
-    #[arg(long, short = 'c')]
+    #[arg(long, short = 'c', value_parser = parse_name)]
     pub cluster: Option<String>,
 }
 
@@ -94,6 +96,85 @@ pub fn parse_addr(s: &str) -> Result<Addr, String> {
     })
 }
 
+/// Checks a `--server` value: `HOST:PORT` or `[IPV6]:PORT` with a port 1-65535, optionally
+/// prefixed with `http://` (and a trailing `/`). Returns it as given.
+pub fn parse_server(s: &str) -> Result<String, String> {
+    const SHAPE: &str = "expected HOST:PORT, e.g. 127.0.0.1:8848";
+    if s.starts_with("https://") {
+        return Err(format!(
+            "https is not supported, the registry's REST API is plain HTTP ({SHAPE})"
+        ));
+    }
+    let rest = s.strip_prefix("http://").unwrap_or(s);
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() {
+        return Err(format!("empty address ({SHAPE})"));
+    }
+    if rest.contains(['/', '?', '#', '@']) || rest.contains(char::is_whitespace) {
+        return Err(format!("{SHAPE}, got {s:?}"));
+    }
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let (v6, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("missing ']' in {s:?} ({SHAPE} or [::1]:8848)"))?;
+        if v6.parse::<Ipv6Addr>().is_err() {
+            return Err(format!("{v6:?} is not an IPv6 address"));
+        }
+        let port = after
+            .strip_prefix(':')
+            .ok_or_else(|| format!("missing :PORT in {s:?} ({SHAPE})"))?;
+        (v6, port)
+    } else {
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| format!("missing :PORT in {s:?} ({SHAPE})"))?;
+        if host.contains(':') {
+            return Err(format!("IPv6 addresses need brackets: [{host}]:{port}"));
+        }
+        (host, port)
+    };
+    if host.is_empty() {
+        return Err(format!("missing host in {s:?} ({SHAPE})"));
+    }
+    let port: u32 = port
+        .parse()
+        .map_err(|_| format!("port: must be a number 1-65535, got {port:?}"))?;
+    validate::port(port).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+/// Checks a namespace, group or cluster name (1-128 letters, digits, `.`, `_`, `-`, `:`).
+pub fn parse_name(s: &str) -> Result<String, String> {
+    validate::name("name", s).map_err(|e| e.message)?;
+    Ok(s.to_owned())
+}
+
+/// Parses an instance weight: a finite number 0-10000.
+pub fn parse_weight(s: &str) -> Result<f64, String> {
+    let w: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("must be a number 0-10000, got {s:?}"))?;
+    validate::weight(w).map_err(|e| e.message)?;
+    Ok(w)
+}
+
+/// Parses a count: a whole number, 0 or more.
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("must be a whole number 0 or more, got {s:?}"))
+}
+
+/// Parses a period (a [duration](parse_duration) above zero).
+pub fn parse_period(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("must be above 0, got {s:?}"));
+    }
+    Ok(d)
+}
+
 /// Parses a `KEY=VALUE` metadata pair (the value may be empty or hold `=`).
 pub fn parse_meta(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
@@ -109,6 +190,9 @@ pub fn parse_meta(s: &str) -> Result<(String, String), String> {
 /// `30s`, `2m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("must not be negative, got {s:?}"));
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());

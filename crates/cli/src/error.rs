@@ -9,7 +9,8 @@ use crate::api::ApiError;
 pub const EXIT_OK: u8 = 0;
 /// Exit status when the registry refused the call, could not be reached, or output failed.
 pub const EXIT_FAILURE: u8 = 1;
-/// Exit status for bad arguments (nothing was sent); clap uses it too.
+/// Exit status for bad arguments: caught by the CLI (nothing was sent; clap uses it too) or by
+/// the registry (HTTP 400).
 pub const EXIT_USAGE: u8 = 2;
 /// Exit status of a drain that timed out with laggards.
 pub const EXIT_DRAIN_TIMEOUT: u8 = 3;
@@ -29,7 +30,7 @@ impl CliError {
     /// The process exit status for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Usage(_) => EXIT_USAGE,
+            CliError::Usage(_) | CliError::Api(ApiError::Status { status: 400, .. }) => EXIT_USAGE,
             CliError::Api(_) | CliError::Output(_) => EXIT_FAILURE,
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! Registry commands talk to a running registry over its REST API (`--server`, default
 //! `127.0.0.1:8848`): tables for people by default, the registry's raw JSON with `--json`.
-//! Errors are one line on stderr and a non-zero exit status (2 for bad arguments, nothing sent).
+//! Errors are one line on stderr and a non-zero exit status (2 for bad arguments, whether the
+//! CLI caught them and sent nothing or the registry refused them with HTTP 400).
 //!
 //! Layout: [`Command`] lists the subcommands; each group lives in `commands/`, the typed HTTP
 //! client in `api`, rendering in `output`, argument parsers in `args`.
@@ -33,11 +34,13 @@ pub const DEFAULT_SERVER: &str = "127.0.0.1:8848";
     name = "gangway",
     version,
     about = "gangway service registry: register instances, watch services, drain before shutdown",
+    after_help = "Exit status: 0 done, 1 failed (refused by the registry, unreachable), 2 bad \
+                  arguments (whether the CLI or the registry caught them), 3 drain timed out.",
     propagate_version = true,
     max_term_width = 100
 )]
 struct Cli {
-    /// Registry address, HOST:PORT.
+    /// Registry REST address, HOST:PORT (or http://HOST:PORT).
     #[arg(
         long,
         short = 's',
@@ -45,7 +48,8 @@ struct Cli {
         help_heading = "Global options",
         env = "GANGWAY_SERVER",
         default_value = DEFAULT_SERVER,
-        value_name = "HOST:PORT"
+        value_name = "HOST:PORT",
+        value_parser = args::parse_server
     )]
     server: String,
     /// Print the registry's raw JSON answer instead of a table.
@@ -104,6 +108,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -28,7 +28,7 @@ pub fn emit_json(body: &str) -> io::Result<()> {
 }
 
 /// A borderless, left-aligned table (`kubectl get` style), never wrapped.
-fn table<const N: usize>(header: [&str; N]) -> Table {
+fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(presets::NOTHING)
         .set_content_arrangement(ContentArrangement::Disabled)
@@ -63,34 +63,43 @@ fn weight(w: f64) -> String {
     format!("{w}")
 }
 
-fn instance_rows(t: &mut Table, instances: &[Instance]) {
+/// The instances table. The LIVENESS column is there only when the answer tells it (views and
+/// snapshots do; the answers of register, offline and online do not).
+fn instance_table(instances: &[Instance]) -> Table {
+    let with_liveness = instances.iter().any(|i| i.liveness.is_some());
+    let mut header = vec![
+        "address",
+        "cluster",
+        "weight",
+        "healthy",
+        "enabled",
+        "ephemeral",
+    ];
+    if with_liveness {
+        header.push("liveness");
+    }
+    header.push("metadata");
+    let mut t = table(&header);
     for i in instances {
-        t.add_row(vec![
+        let mut row = vec![
             i.addr(),
             i.cluster.clone(),
             weight(i.weight),
             yes_no(i.healthy).to_owned(),
             yes_no(i.enabled).to_owned(),
             yes_no(i.ephemeral).to_owned(),
-            i.liveness.clone().unwrap_or_else(|| "-".to_owned()),
-            metadata(&i.metadata),
-        ]);
+        ];
+        if with_liveness {
+            row.push(i.liveness.clone().unwrap_or_else(|| "-".to_owned()));
+        }
+        row.push(metadata(&i.metadata));
+        t.add_row(row);
     }
     if let Some(col) = t.column_mut(2) {
         col.set_cell_alignment(CellAlignment::Right);
     }
+    t
 }
-
-const INSTANCE_HEADER: [&str; 8] = [
-    "address",
-    "cluster",
-    "weight",
-    "healthy",
-    "enabled",
-    "ephemeral",
-    "liveness",
-    "metadata",
-];
 
 /// `gangway list`: a header line (service, revision, protection) and one row per instance.
 pub fn view(v: &View, all: bool) -> String {
@@ -115,15 +124,13 @@ pub fn view(v: &View, all: bool) -> String {
     if v.instances.is_empty() {
         return format!("{head}\nno instances");
     }
-    let mut t = table(INSTANCE_HEADER);
-    instance_rows(&mut t, &v.instances);
+    let t = instance_table(&v.instances);
     format!("{head}\n{}", finish(&t))
 }
 
 /// register / offline / online: what happened, at which revision, and the instance's row.
 pub fn instance_change(what: &str, service: &str, c: &InstanceChange) -> String {
-    let mut t = table(INSTANCE_HEADER);
-    instance_rows(&mut t, std::slice::from_ref(&c.instance));
+    let t = instance_table(std::slice::from_ref(&c.instance));
     format!(
         "{what} {} in {service} (revision {})\n{}",
         c.instance.addr(),
@@ -137,7 +144,7 @@ pub fn services(list: &ServiceList) -> String {
     if list.services.is_empty() {
         return "no services".to_owned();
     }
-    let mut t = table([
+    let mut t = table(&[
         "namespace",
         "group",
         "service",
@@ -204,7 +211,7 @@ pub fn drain(addr: &str, service: &str, r: &DrainReport) -> String {
         r.laggards.len()
     );
     if !r.acked.is_empty() || !r.laggards.is_empty() {
-        let mut t = table(["subscriber", "address", "acked revision", "status"]);
+        let mut t = table(&["subscriber", "address", "acked revision", "status"]);
         for (s, status) in r
             .laggards
             .iter()
@@ -239,7 +246,7 @@ pub fn subscribers(service: &str, s: &Subscribers) -> String {
     if s.subscribers.is_empty() {
         return format!("{head}\nno subscribers");
     }
-    let mut t = table([
+    let mut t = table(&[
         "id",
         "address",
         "kind",

@@ -44,8 +44,17 @@ pub struct ServerArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub resend_interval: Duration,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `gangway_server=debug`.
-    #[arg(long, default_value = "info", value_name = "FILTER")]
+    #[arg(long, default_value = "info", value_name = "FILTER", value_parser = parse_log_filter)]
     pub log: String,
+}
+
+/// Checks a `--log` filter (tracing `EnvFilter` syntax): a typo fails here rather than silently
+/// logging nothing.
+fn parse_log_filter(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map_err(|e| format!("not a log filter ({e}); e.g. info, warn, gangway_server=debug"))?;
+    Ok(s.to_owned())
 }
 
 impl ServerArgs {
@@ -62,13 +71,33 @@ impl ServerArgs {
         let ms = Duration::from_millis;
         let hour = Duration::from_secs(3600);
         for (flag, value, min, max) in [
-            ("--keepalive-interval", self.keepalive_interval, ms(100), hour),
+            (
+                "--keepalive-interval",
+                self.keepalive_interval,
+                ms(100),
+                hour,
+            ),
             ("--keepalive-timeout", self.keepalive_timeout, ms(100), hour),
             ("--lease-ttl", self.lease_ttl, ms(100), 24 * hour),
-            ("--lease-delete-timeout", self.lease_delete_timeout, ms(100), 24 * hour),
+            (
+                "--lease-delete-timeout",
+                self.lease_delete_timeout,
+                ms(100),
+                24 * hour,
+            ),
             ("--warmup", self.warmup, Duration::ZERO, hour),
-            ("--offline-mark-expiry", self.offline_mark_expiry, Duration::from_secs(1), 30 * 24 * hour),
-            ("--resend-interval", self.resend_interval, ms(10), Duration::from_secs(60)),
+            (
+                "--offline-mark-expiry",
+                self.offline_mark_expiry,
+                Duration::from_secs(1),
+                30 * 24 * hour,
+            ),
+            (
+                "--resend-interval",
+                self.resend_interval,
+                ms(10),
+                Duration::from_secs(60),
+            ),
         ] {
             if value < min || value > max {
                 problems.push(format!(

@@ -201,3 +201,174 @@ fn heartbeat_once_and_every_exclude_each_other() {
     let err = parse(&["heartbeat", "o", "1.2.3.4:80", "--once", "--every", "1"]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ArgumentConflict);
 }
+
+/// The first line clap would print for a parse error (what `usage_error` prints for value errors).
+fn value_error(args: &[&str]) -> String {
+    let err = parse(args).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ValueValidation, "{args:?}: {err}");
+    err.render().to_string().lines().next().unwrap().to_owned()
+}
+
+#[test]
+fn non_finite_or_out_of_range_weights_are_refused() {
+    for w in ["NaN", "nan", "inf", "-1", "10000.5", "heavy"] {
+        let line = value_error(&["register", "orders", "1.2.3.4:80", "--weight", w]);
+        assert!(
+            line.starts_with(&format!("error: invalid value '{w}' for '--weight <W>': ")),
+            "{line}"
+        );
+    }
+    // `-inf` is no number to clap: it needs the `=` form.
+    let line = value_error(&["register", "orders", "1.2.3.4:80", "--weight=-inf"]);
+    assert!(
+        line.contains("'--weight <W>': must be a finite number"),
+        "{line}"
+    );
+    let cli = parse(&["register", "orders", "1.2.3.4:80", "-w", "0"]).unwrap();
+    let Command::Register(args) = cli.command else {
+        panic!("not register")
+    };
+    assert_eq!(args.weight, Some(0.0));
+}
+
+#[test]
+fn a_zero_heartbeat_period_is_refused() {
+    let line = value_error(&[
+        "register",
+        "orders",
+        "1.2.3.4:80",
+        "--keep-alive",
+        "--every",
+        "0",
+    ]);
+    assert!(line.contains("'--every <S>': must be above 0"), "{line}");
+    let line = value_error(&["heartbeat", "orders", "1.2.3.4:80", "--every", "0ms"]);
+    assert!(line.contains("'--every <S>': must be above 0"), "{line}");
+}
+
+#[test]
+fn server_must_be_host_and_port() {
+    for (server, needle) in [
+        ("127.0.0.1", "missing :PORT"),
+        ("127.0.0.1:99999", "port: must be 1-65535, got 99999"),
+        ("127.0.0.1:0", "port: must be 1-65535, got 0"),
+        ("", "empty address"),
+        ("http://", "empty address"),
+        ("localhost:http", "must be a number"),
+        (":8848", "missing host"),
+        ("::1:8848", "IPv6 addresses need brackets"),
+        ("https://h:8848", "https is not supported"),
+        ("h:8848/v1", "expected HOST:PORT"),
+    ] {
+        let line = value_error(&["--server", server, "services"]);
+        assert!(
+            line.starts_with(&format!(
+                "error: invalid value '{server}' for '--server <HOST:PORT>': "
+            )) && line.contains(needle),
+            "{server:?}: {line}"
+        );
+    }
+    for server in [
+        "127.0.0.1:8848",
+        "localhost:8848",
+        "[::1]:8848",
+        "http://registry.internal:8848/",
+    ] {
+        let cli = parse(&["services", "--server", server]).unwrap();
+        assert_eq!(cli.server, server);
+    }
+}
+
+#[test]
+fn empty_namespace_group_or_cluster_is_refused() {
+    for args in [
+        &["list", "orders", "--namespace", ""][..],
+        &["list", "orders", "--group", ""][..],
+        &["deregister", "orders", "1.2.3.4:80", "--cluster", ""][..],
+        &["services", "-n", ""][..],
+        &["services", "-g", ""][..],
+    ] {
+        let line = value_error(args);
+        assert!(line.ends_with(": must not be empty"), "{args:?}: {line}");
+    }
+    let line = value_error(&["list", "orders", "-g", "a b"]);
+    assert!(line.contains("'--group <GROUP>': may hold only"), "{line}");
+}
+
+#[test]
+fn negative_numbers_reach_the_value_parser() {
+    for (args, needle) in [
+        (
+            &["register", "o", "1.2.3.4:80", "--ttl", "-5"][..],
+            "'--ttl <S>': must not be negative",
+        ),
+        (
+            &["register", "o", "1.2.3.4:80", "--delete-timeout", "-5"][..],
+            "'--delete-timeout <S>': must not be negative",
+        ),
+        (
+            &["drain", "o", "1.2.3.4:80", "--timeout", "-1"][..],
+            "'--timeout <S>': must not be negative",
+        ),
+        (
+            &["offline", "o", "1.2.3.4:80", "--wait", "--timeout", "-1"][..],
+            "'--timeout <S>': must not be negative",
+        ),
+        (
+            &["heartbeat", "o", "1.2.3.4:80", "--every", "-1"][..],
+            "'--every <S>': must not be negative",
+        ),
+        (
+            &["watch", "o", "--count", "-1"][..],
+            "'--count <N>': must be a whole number",
+        ),
+    ] {
+        let line = value_error(args);
+        assert!(line.contains(needle), "{args:?}: {line}");
+    }
+}
+
+#[test]
+fn an_address_starting_with_a_dash_is_a_bad_address_not_flags() {
+    let line = value_error(&["register", "orders", "-host:8080"]);
+    assert!(
+        line.starts_with("error: invalid value '-host:8080' for '<IP:PORT>': host \"-host\""),
+        "{line}"
+    );
+    // Flags still parse where the address would go.
+    let cli = parse(&["register", "orders", "-n", "prod", "10.0.0.5:80"]).unwrap();
+    let Command::Register(args) = cli.command else {
+        panic!("not register")
+    };
+    assert_eq!(args.instance.service.namespace.as_deref(), Some("prod"));
+    assert_eq!(args.instance.addr.to_string(), "10.0.0.5:80");
+}
+
+#[test]
+fn an_invalid_log_filter_is_refused() {
+    let line = value_error(&["server", "--log", "gangway=loud"]);
+    assert!(
+        line.starts_with("error: invalid value 'gangway=loud' for '--log <FILTER>': "),
+        "{line}"
+    );
+    assert!(parse(&["server", "--log", "info,gangway_server=debug"]).is_ok());
+}
+
+#[test]
+fn a_400_from_the_registry_is_a_bad_argument() {
+    let e = CliError::from(api::status_error(
+        "h:1",
+        400,
+        Some("Bad Request"),
+        r#"{"error":{"code":"invalid_argument","message":"must not be empty","field":"service"}}"#,
+    ));
+    assert_eq!(e.exit_code(), EXIT_USAGE);
+    assert_eq!(e.to_string(), "service: must not be empty (HTTP 400)");
+    let e = CliError::from(api::status_error(
+        "h:1",
+        409,
+        Some("Conflict"),
+        r#"{"error":{"code":"conflict","message":"last instance","field":null}}"#,
+    ));
+    assert_eq!(e.exit_code(), EXIT_FAILURE);
+}

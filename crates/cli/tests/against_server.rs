@@ -1,8 +1,12 @@
 //! The real `gangway` binary against a real in-process registry (`gangway_server::start` on
 //! 127.0.0.1:0): the wire shapes the CLI expects are the ones the server sends.
 
+#[path = "fake_registry/running.rs"]
+mod running;
+
 use std::process::Output;
 
+use running::Running;
 use serde_json::Value;
 
 /// Runs the real binary against `server` with a clean environment for its own variables.
@@ -52,6 +56,8 @@ async fn register_list_offline_drain_deregister_round_trip() {
         out.starts_with("registered 10.0.0.5:8080 in orders (revision "),
         "{out}"
     );
+    // The register answer does not say how the instance is kept alive: no LIVENESS column.
+    assert!(!out.contains("LIVENESS"), "{out}");
     ok(&run(&["register", "orders", "[fd00::7]:8080"]).await);
     let out = ok(&run(&["heartbeat", "orders", "[fd00::7]:8080", "--once"]).await);
     assert!(
@@ -61,6 +67,7 @@ async fn register_list_offline_drain_deregister_round_trip() {
 
     let out = ok(&run(&["list", "orders"]).await);
     assert!(out.contains("2 instances"), "{out}");
+    assert!(out.contains("LIVENESS"), "{out}");
     assert!(out.contains("\n10.0.0.5:8080 "), "{out}");
     assert!(out.contains("[fd00::7]:8080"), "{out}");
 
@@ -99,14 +106,15 @@ async fn register_list_offline_drain_deregister_round_trip() {
     let out = ok(&run(&["subscribers", "orders"]).await);
     assert!(out.starts_with("orders  revision "), "{out}");
 
-    // The registry's own validation error comes back as one line.
-    let out = run(&["register", "orders", "10.0.0.6:80", "--weight", "-1"]).await;
-    assert_eq!(out.status.code(), Some(1));
+    // The registry's own validation error comes back as one line, exit 2 (a bad argument).
+    let out = run(&["register", "orders!", "10.0.0.6:80"]).await;
+    assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(
-        err.starts_with("error: weight: ") && err.ends_with("(HTTP 400)\n"),
+        err.starts_with("error: service: ") && err.ends_with("(HTTP 400)\n"),
         "{err}"
     );
+    assert_eq!(err.lines().count(), 1, "{err}");
 
     let out = run(&["heartbeat", "orders", "10.9.9.9:80", "--once"]).await;
     assert_eq!(out.status.code(), Some(1));
@@ -168,4 +176,120 @@ async fn drain_waits_for_a_watching_subscriber() {
     assert!(second.ends_with("  1 instance  10.0.0.6:8080"), "{second}");
     assert!(watcher.wait().await.unwrap().success());
     server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_grpc_port_by_mistake_gets_a_hint() {
+    let server = gangway_server::start(gangway_server::Config::for_tests())
+        .await
+        .unwrap();
+    let grpc = server.grpc_addr.to_string();
+    let out = gangway(&grpc, &["services"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "error: {grpc} does not look like a gangway registry ("
+        )) && err.ends_with("); is this the gRPC port? the REST port is usually 8848\n"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    server.shutdown().await;
+}
+
+/// `gangway server` on `http` with a fresh data dir and no warm-up, once it listens.
+async fn registry_process(http: &str, data: &std::path::Path) -> Running {
+    let mut registry = Running::start(
+        "",
+        &[
+            "server",
+            "--http",
+            http,
+            "--grpc",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--warmup",
+            "0s",
+        ],
+    );
+    registry
+        .wait_for(|out, _| out.contains(" listening: "))
+        .await;
+    registry
+}
+
+#[tokio::test]
+async fn keep_alive_and_watch_survive_a_registry_restart() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let data = tempfile::tempdir().unwrap();
+    let registry = registry_process(&addr, data.path()).await;
+
+    let mut keeper = Running::start(
+        &addr,
+        &[
+            "register",
+            "orders",
+            "10.0.0.5:8080",
+            "-m",
+            "zone=a",
+            "--keep-alive",
+            "--every",
+            "100ms",
+        ],
+    );
+    keeper
+        .wait_for(|out, _| out.contains("heartbeating "))
+        .await;
+    let mut watch = Running::start(&addr, &["watch", "orders"]);
+    watch
+        .wait_for(|out, _| out.contains("  1 instance  10.0.0.5:8080"))
+        .await;
+
+    // The registry dies; heartbeats warn and the watch retries, neither exits.
+    registry.stop(nix::sys::signal::Signal::SIGKILL).await;
+    keeper
+        .wait_for(|_, err| err.contains("warning: heartbeat failed: cannot reach the registry"))
+        .await;
+    watch
+        .wait_for(|_, err| err.matches("; reconnecting in ").count() >= 3)
+        .await;
+
+    // A new, empty registry on the same address: the instance is registered again (ephemeral
+    // instances do not outlive the registry), and the watch sees it in a new stream.
+    let registry = registry_process(&addr, data.path()).await;
+    keeper
+        .wait_for(|_, err| {
+            err.contains(
+                "10.0.0.5:8080 was gone from the registry (restarted?): registered it again",
+            )
+        })
+        .await;
+    watch
+        .wait_for(|out, _| out.matches("  1 instance  10.0.0.5:8080").count() >= 2)
+        .await;
+    let out = ok(&gangway(&addr, &["list", "orders", "--json"]).await);
+    let view: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(view["instances"][0]["ip"], "10.0.0.5");
+    assert_eq!(view["instances"][0]["metadata"]["zone"], "a");
+
+    let (status, _, err) = keeper.interrupt().await;
+    assert_eq!(status.code(), Some(0), "{err}");
+    let (status, _, err) = watch.interrupt().await;
+    assert_eq!(status.code(), Some(0), "{err}");
+    // Backoff: 100ms doubling, at most 2s.
+    let waits: Vec<&str> = err.lines().map(|l| l.rsplit(' ').next().unwrap()).collect();
+    assert_eq!(waits.first(), Some(&"100ms"), "{err}");
+    assert!(
+        waits
+            .iter()
+            .all(|w| ["100ms", "200ms", "400ms", "800ms", "1.6s", "2s"].contains(w)),
+        "{err}"
+    );
+    registry.interrupt().await;
 }

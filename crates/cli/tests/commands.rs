@@ -3,8 +3,10 @@
 mod fake_registry;
 
 use std::process::Output;
+use std::time::Duration;
 
-use fake_registry::{Fake, error, gangway, json, sse};
+use fake_registry::running::Running;
+use fake_registry::{Fake, error, gangway, json, sse, text};
 use serde_json::{Value, json};
 
 fn stdout(o: &Output) -> String {
@@ -130,25 +132,134 @@ async fn register_sends_the_body_and_hints_at_heartbeats() {
 }
 
 #[tokio::test]
-async fn a_400_is_one_error_line_and_exit_1() {
+async fn a_400_is_one_error_line_and_exit_2() {
     let fake = Fake::start(vec![error(
         "POST",
         "/v1/services/orders/instances",
         400,
         "invalid_argument",
-        "must be 0-10000, got 20000",
-        Some("weight"),
+        "must be at least 1s, got 1ms",
+        Some("ttl_ms"),
     )])
     .await;
     let out = fake
-        .run(&["register", "orders", "10.0.0.5:80", "--weight", "20000"])
+        .run(&["register", "orders", "10.0.0.5:80", "--ttl", "1ms"])
         .await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "error: weight: must be 0-10000, got 20000 (HTTP 400)\n"
+        "error: ttl_ms: must be at least 1s, got 1ms (HTTP 400)\n"
     );
     assert_eq!(stdout(&out), "");
+}
+
+#[tokio::test]
+async fn weights_the_registry_would_refuse_are_refused_before_sending() {
+    let fake = Fake::start(vec![]).await;
+    for w in ["NaN", "inf", "-1", "20000"] {
+        let out = fake
+            .run(&["register", "orders", "10.0.0.5:80", "--weight", w])
+            .await;
+        assert_eq!(out.status.code(), Some(2), "{w}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!("error: invalid value '{w}' for '--weight <W>': ")),
+            "{err}"
+        );
+    }
+    assert!(fake.requests().is_empty());
+}
+
+#[tokio::test]
+async fn argument_errors_are_one_line_and_exit_2() {
+    let fake = Fake::start(vec![]).await;
+    for args in [
+        &["register", "orders", "10.0.0.5:80", "--ttl", "-5"][..],
+        &["drain", "orders", "10.0.0.5:80", "--timeout", "-1"][..],
+        &["register", "orders", "-host:8080"][..],
+        &[
+            "register",
+            "orders",
+            "10.0.0.5:80",
+            "--keep-alive",
+            "--every",
+            "0",
+        ][..],
+        &["heartbeat", "orders", "10.0.0.5:80", "--every", "0"][..],
+        &["list", "orders", "--namespace", ""][..],
+        &["list", "orders", "--group", ""][..],
+        &["offline", "orders", "10.0.0.5:80", "--cluster", ""][..],
+        &["server", "--log", "gangway=loud"][..],
+    ] {
+        let out = fake.run(args).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error: invalid value '"), "{args:?}: {err}");
+        assert_eq!(stdout(&out), "", "{args:?}");
+    }
+    assert!(fake.requests().is_empty());
+    for (server, reason) in [
+        (
+            "127.0.0.1",
+            "missing :PORT in \"127.0.0.1\" (expected HOST:PORT, e.g. 127.0.0.1:8848)",
+        ),
+        ("127.0.0.1:99999", "port: must be 1-65535, got 99999"),
+        (
+            "",
+            "empty address (expected HOST:PORT, e.g. 127.0.0.1:8848)",
+        ),
+    ] {
+        let out = gangway(server, &["list", "orders"]).await;
+        assert_eq!(out.status.code(), Some(2), "{server:?}");
+        assert_eq!(
+            stderr(&out),
+            format!("error: invalid value '{server}' for '--server <HOST:PORT>': {reason}\n")
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_answer_from_another_server_says_so() {
+    let fake = Fake::start(vec![
+        text("GET", "/v1/services", 404, "404 page not found"),
+        text("GET", "/v1/services/orders/subscribers", 501, ""),
+        text(
+            "GET",
+            "/v1/services/orders/instances",
+            200,
+            "<html><body>hello</body></html>",
+        ),
+        json("GET", "/v1/services/orders/watch", 200, json!({"ok": true})),
+    ])
+    .await;
+    let addr = fake.addr;
+    for (args, detail) in [
+        (&["services"][..], "HTTP 404 Not Found"),
+        (&["subscribers", "orders"][..], "HTTP 501 Not Implemented"),
+        (
+            &["list", "orders"][..],
+            "HTTP 200 OK, the answer is not JSON",
+        ),
+        (
+            &["list", "orders", "--json"][..],
+            "HTTP 200 OK, the answer is not JSON",
+        ),
+        (
+            &["watch", "orders"][..],
+            "HTTP 200 OK answered with application/json instead of an event stream",
+        ),
+    ] {
+        let out = fake.run(args).await;
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            stderr(&out),
+            format!("error: {addr} does not look like a gangway registry ({detail})\n"),
+            "{args:?}"
+        );
+        assert_eq!(stdout(&out), "", "{args:?}");
+    }
 }
 
 #[tokio::test]
@@ -374,16 +485,82 @@ async fn watch_prints_one_line_per_snapshot_and_stops_after_count() {
         .collect();
     assert_eq!(got, snaps);
 
-    // The stream ends before the count: an error, after printing what came.
-    let out = fake.run(&["watch", "orders", "--count", "5"]).await;
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(stdout(&out).lines().count(), 3);
-    assert!(
-        stderr(&out).contains("closed the watch stream after 3 snapshot(s)"),
-        "{}",
-        stderr(&out)
-    );
     assert_eq!(fake.requests()[0].uri, "/v1/services/orders/watch");
+}
+
+#[tokio::test]
+async fn watch_reconnects_when_the_stream_ends() {
+    let snaps = [
+        view(1, vec![instance("10.0.0.5", 80, true)]),
+        view(2, vec![]),
+    ];
+    let fake = Fake::start(vec![sse("/v1/services/orders/watch", &snaps)]).await;
+    // Each stream carries 2 snapshots, then closes: the 5th comes from the third stream.
+    let out = fake.run(&["watch", "orders", "--count", "5"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let revisions: Vec<&str> = text
+        .lines()
+        .map(|l| l.split("  ").nth(1).unwrap())
+        .collect();
+    assert_eq!(
+        revisions,
+        [
+            "revision 1",
+            "revision 2",
+            "revision 1",
+            "revision 2",
+            "revision 1"
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        stderr(&out),
+        "the registry closed the watch stream; reconnecting in 100ms\n".repeat(2)
+    );
+    assert_eq!(fake.requests().len(), 3);
+
+    // Without --count it goes on until Ctrl-C, which ends it with exit 0.
+    let mut watch = Running::start(&fake.addr.to_string(), &["watch", "orders"]);
+    watch
+        .wait_for(|out, err| out.lines().count() >= 4 && err.lines().count() >= 2)
+        .await;
+    let (status, out, err) = watch.interrupt().await;
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(out.lines().count() >= 4, "{out}");
+    assert!(
+        err.lines()
+            .all(|l| l == "the registry closed the watch stream; reconnecting in 100ms"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn watch_backs_off_while_the_registry_is_away() {
+    let fake = Fake::start(vec![
+        sse("/v1/services/orders/watch", &[view(1, vec![])]).times(1),
+        error(
+            "GET",
+            "/v1/services/orders/watch",
+            503,
+            "unavailable",
+            "starting",
+            None,
+        )
+        .times(4),
+        sse("/v1/services/orders/watch", &[view(2, vec![])]),
+    ])
+    .await;
+    let out = fake.run(&["watch", "orders", "--count", "2"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 2);
+    let err = stderr(&out);
+    let waits: Vec<&str> = err.lines().map(|l| l.rsplit(' ').next().unwrap()).collect();
+    assert_eq!(waits, ["100ms", "200ms", "400ms", "800ms", "1.6s"]);
+    assert!(
+        err.contains("\nstarting (HTTP 503); reconnecting in 200ms\n"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -477,4 +654,131 @@ async fn an_unexpected_answer_is_reported_not_panicked_on() {
         "{}",
         stderr(&out)
     );
+}
+
+const HEARTBEAT: &str = "/v1/services/orders/instances/10.0.0.5:80/heartbeat";
+
+#[tokio::test]
+async fn keep_alive_registers_again_when_the_registry_forgot_the_instance() {
+    let mut inst = instance("10.0.0.5", 80, true);
+    inst.as_object_mut().unwrap().remove("liveness");
+    let beat = json!({"ttl_ms": 15000, "healthy": true});
+    let fake = Fake::start(vec![
+        json(
+            "POST",
+            "/v1/services/orders/instances",
+            200,
+            json!({"revision": 5, "instance": inst}),
+        ),
+        json("PUT", HEARTBEAT, 200, beat.clone()).times(1),
+        // The registry restarts: first unreachable-ish (503), then it answers 404.
+        error("PUT", HEARTBEAT, 503, "unavailable", "starting", None).times(1),
+        error("PUT", HEARTBEAT, 404, "not_found", "no instance", None).times(1),
+        json("PUT", HEARTBEAT, 200, beat),
+    ])
+    .await;
+    let mut run = Running::start(
+        &fake.addr.to_string(),
+        &[
+            "register",
+            "orders",
+            "10.0.0.5:80",
+            "-m",
+            "zone=a",
+            "--keep-alive",
+            "--every",
+            "50ms",
+        ],
+    );
+    let fake_ref = &fake;
+    run.wait_for(|_, _| {
+        let methods: Vec<String> = fake_ref.requests().into_iter().map(|r| r.method).collect();
+        methods.len() >= 6
+    })
+    .await;
+    let (status, out, err) = run.interrupt().await;
+    assert_eq!(status.code(), Some(0), "{err}");
+    let reqs = fake.requests();
+    let methods: Vec<&str> = reqs.iter().map(|r| r.method.as_str()).collect();
+    assert_eq!(methods[..6], ["POST", "PUT", "PUT", "PUT", "POST", "PUT"]);
+    assert_eq!(
+        reqs[4].body, reqs[0].body,
+        "registered again with the same body"
+    );
+    assert_eq!(reqs[4].uri, reqs[0].uri);
+    let err_lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        err_lines[..2],
+        [
+            "warning: heartbeat failed: starting (HTTP 503)",
+            "10.0.0.5:80 was gone from the registry (restarted?): registered it again \
+             (revision 5); heartbeats go on",
+        ],
+        "{err}"
+    );
+    assert_eq!(
+        err_lines.last(),
+        Some(&"stopped heartbeats; the lease now runs out")
+    );
+    // register/offline answers carry no liveness: no LIVENESS column.
+    assert!(
+        out.starts_with("registered 10.0.0.5:80 in orders (revision 5)\nADDRESS "),
+        "{out}"
+    );
+    assert!(!out.contains("LIVENESS"), "{out}");
+}
+
+#[tokio::test]
+async fn heartbeat_periods_beyond_the_ttl_are_warned_about() {
+    let fake = Fake::start(vec![json(
+        "PUT",
+        HEARTBEAT,
+        200,
+        json!({"ttl_ms": 300, "healthy": true}),
+    )])
+    .await;
+    let mut run = Running::start(
+        &fake.addr.to_string(),
+        &["heartbeat", "orders", "10.0.0.5:80", "--every", "400ms"],
+    );
+    let fake_ref = &fake;
+    run.wait_for(|_, _| fake_ref.requests().len() >= 2).await;
+    let (status, out, err) = run.interrupt().await;
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(
+        out.starts_with("heartbeating 10.0.0.5:80 in orders every 400ms (lease TTL 300ms)"),
+        "{out}"
+    );
+    assert_eq!(
+        err.lines().next(),
+        Some(
+            "warning: heartbeats every 400ms but the lease TTL is 300ms: the lease will expire \
+             between heartbeats (send them at least every 100ms)"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Running::start(
+        "",
+        &[
+            "server",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+        ],
+    );
+    server.wait_for(|out, _| out.contains(" listening: ")).await;
+    // The SIGINT handler is set up right after the line above.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _, err) = server.interrupt().await;
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("INFO"), "{err}");
+    assert!(!err.contains('\x1b'), "{err:?}");
 }

@@ -14,7 +14,7 @@ const EXIT_CODES: &str = "\
 Exit status:
   0  done (with --wait / drain: every live subscriber acked the offline revision)
   1  the registry refused (e.g. HTTP 409: the last serving instance, use --force) or was unreachable
-  2  bad arguments; nothing was sent
+  2  bad arguments, whether the CLI caught them (nothing was sent) or the registry (HTTP 400)
   3  drain timed out: some subscribers had not acked (listed); the instance is offline all the same";
 
 /// Arguments of `gangway offline`.
@@ -34,7 +34,7 @@ pub struct OfflineArgs {
     #[arg(long)]
     pub wait: bool,
     /// With --wait: longest wait for acks, seconds or 500ms/30s/1m.
-    #[arg(long, value_name = "S", value_parser = parse_duration, default_value = "30", requires = "wait")]
+    #[arg(long, value_name = "S", value_parser = parse_duration, default_value = "30", allow_negative_numbers = true, requires = "wait")]
     pub timeout: Duration,
     /// With --wait: drain even the last serving instance of the service.
     #[arg(long, requires = "wait")]
@@ -54,7 +54,7 @@ pub struct DrainArgs {
     #[allow(missing_docs)]
     pub instance: InstanceArgs,
     /// Longest wait for acks, seconds or 500ms/30s/1m.
-    #[arg(long, value_name = "S", value_parser = parse_duration, default_value = "30")]
+    #[arg(long, value_name = "S", value_parser = parse_duration, default_value = "30", allow_negative_numbers = true)]
     pub timeout: Duration,
     /// Drain even the last serving instance of the service.
     #[arg(long)]

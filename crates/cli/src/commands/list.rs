@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::{Context, Outcome, ok};
-use crate::args::ServiceArgs;
+use crate::args::{ServiceArgs, parse_name};
 use crate::output;
 
 /// Arguments of `gangway list`.
@@ -25,10 +25,10 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct ServicesArgs {
     /// Only this namespace [default: all].
-    #[arg(long, short = 'n')]
+    #[arg(long, short = 'n', value_parser = parse_name)]
     pub namespace: Option<String>,
     /// Only this group [default: all].
-    #[arg(long, short = 'g')]
+    #[arg(long, short = 'g', value_parser = parse_name)]
     pub group: Option<String>,
 }
 

@@ -8,7 +8,9 @@ use tokio::time::MissedTickBehavior;
 
 use super::{Context, Outcome, ok};
 use crate::api::{ApiError, Probe, RegisterRequest};
-use crate::args::{InstanceArgs, format_duration, parse_duration, parse_meta};
+use crate::args::{
+    InstanceArgs, format_duration, parse_duration, parse_meta, parse_period, parse_weight,
+};
 use crate::error::CliError;
 use crate::output;
 
@@ -23,6 +25,10 @@ An ephemeral registration over HTTP is kept alive by a lease: send heartbeats \
 instance turns unhealthy after the TTL and disappears after the delete timeout. A persistent \
 instance (--persistent) is stored durably and probed by the registry instead.
 
+With --keep-alive the command stays and heartbeats until Ctrl-C. When the registry no longer \
+knows the instance (HTTP 404, e.g. after a registry restart) it registers it again with the \
+same settings and goes on; while the registry is unreachable it warns and retries.
+
 Examples:
   gangway register orders 10.0.0.5:8080 --meta zone=a --meta version=1.4 --keep-alive
   gangway register billing db-1.internal:5432 --persistent --probe tcp")]
@@ -35,16 +41,16 @@ pub struct RegisterArgs {
     #[arg(long)]
     pub persistent: bool,
     /// Share of traffic, 0-10000 (0 = never picked) [registry default: 1].
-    #[arg(long, short = 'w', value_name = "W", allow_negative_numbers = true)]
+    #[arg(long, short = 'w', value_name = "W", value_parser = parse_weight, allow_negative_numbers = true)]
     pub weight: Option<f64>,
     /// Metadata entry; repeat for more.
     #[arg(long = "meta", short = 'm', value_name = "K=V", value_parser = parse_meta)]
     pub meta: Vec<(String, String)>,
     /// Lease TTL of an ephemeral instance: seconds or 500ms/15s/1m [registry default].
-    #[arg(long, value_name = "S", value_parser = parse_duration, conflicts_with = "persistent")]
+    #[arg(long, value_name = "S", value_parser = parse_duration, conflicts_with = "persistent", allow_negative_numbers = true)]
     pub ttl: Option<Duration>,
     /// Time without heartbeats after which an ephemeral instance is deleted [registry default].
-    #[arg(long, value_name = "S", value_parser = parse_duration, conflicts_with = "persistent")]
+    #[arg(long, value_name = "S", value_parser = parse_duration, conflicts_with = "persistent", allow_negative_numbers = true)]
     pub delete_timeout: Option<Duration>,
     /// Probe of a persistent instance [registry default: tcp].
     #[arg(long, value_enum, requires = "persistent")]
@@ -56,7 +62,7 @@ pub struct RegisterArgs {
     #[arg(long, conflicts_with = "persistent")]
     pub keep_alive: bool,
     /// Heartbeat period with --keep-alive [default: a third of the lease TTL].
-    #[arg(long, value_name = "S", value_parser = parse_duration, requires = "keep_alive")]
+    #[arg(long, value_name = "S", value_parser = parse_period, requires = "keep_alive", allow_negative_numbers = true)]
     pub every: Option<Duration>,
 }
 
@@ -81,14 +87,14 @@ pub struct DeregisterArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Stops on Ctrl-C (exit 0), or with exit 1 when the registry answers 404 (the instance is gone: \
-register it again) or 409 (the instance is not lease-kept). Unreachable-registry errors are \
-reported and retried.")]
+register it again, or use `gangway register --keep-alive`, which does so by itself) or 409 (the \
+instance is not lease-kept). Unreachable-registry errors are reported and retried.")]
 pub struct HeartbeatArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub instance: InstanceArgs,
     /// Heartbeat period: seconds or 500ms/5s [default: a third of the lease TTL].
-    #[arg(long, value_name = "S", value_parser = parse_duration)]
+    #[arg(long, value_name = "S", value_parser = parse_period, allow_negative_numbers = true)]
     pub every: Option<Duration>,
     /// Send one heartbeat and exit.
     #[arg(long, conflicts_with = "every")]
@@ -151,7 +157,7 @@ pub async fn register(ctx: &Context, args: RegisterArgs) -> Outcome {
     if !args.persistent {
         let inst = &args.instance;
         if args.keep_alive {
-            return heartbeat_loop(ctx, inst, args.every).await;
+            return heartbeat_loop(ctx, inst, args.every, Some(&body)).await;
         }
         eprintln!(
             "hint: this ephemeral instance is lease-kept: send heartbeats \
@@ -199,13 +205,32 @@ pub async fn heartbeat(ctx: &Context, args: HeartbeatArgs) -> Outcome {
         }
         return ok();
     }
-    heartbeat_loop(ctx, &args.instance, args.every).await
+    heartbeat_loop(ctx, &args.instance, args.every, None).await
 }
 
 /// Heartbeats until Ctrl-C; the period is `every`, else a third of the TTL the registry reports.
-async fn heartbeat_loop(ctx: &Context, inst: &InstanceArgs, every: Option<Duration>) -> Outcome {
+///
+/// With `again` (`register --keep-alive`), an instance the registry no longer knows (404, e.g.
+/// after a registry restart) is registered again with that body; without it a 404 ends the loop.
+/// Unreachable registries and 5xx answers are reported and retried.
+async fn heartbeat_loop(
+    ctx: &Context,
+    inst: &InstanceArgs,
+    every: Option<Duration>,
+    again: Option<&RegisterRequest>,
+) -> Outcome {
     let first = ctx.registry.heartbeat(inst).await.map_err(lease_hint)?;
     let answer = first.parse()?;
+    let ttl = Duration::from_millis(answer.ttl_ms);
+    if let Some(every) = every.filter(|e| answer.ttl_ms > 0 && *e >= ttl) {
+        eprintln!(
+            "warning: heartbeats every {} but the lease TTL is {}: the lease will expire \
+             between heartbeats (send them at least every {})",
+            format_duration(every),
+            format_duration(ttl),
+            format_duration(ttl / 3)
+        );
+    }
     let period = every
         .or_else(|| (answer.ttl_ms > 0).then(|| Duration::from_millis(answer.ttl_ms / 3)))
         .filter(|d| !d.is_zero())
@@ -238,8 +263,8 @@ async fn heartbeat_loop(ctx: &Context, inst: &InstanceArgs, every: Option<Durati
             }
             _ = tick.tick() => {}
         }
-        match ctx.registry.heartbeat(inst).await {
-            Ok(reply) => {
+        match (ctx.registry.heartbeat(inst).await, again) {
+            (Ok(reply), _) => {
                 if ctx.json {
                     output::emit_json(&reply.body)?;
                     continue;
@@ -258,14 +283,38 @@ async fn heartbeat_loop(ctx: &Context, inst: &InstanceArgs, every: Option<Durati
                     healthy = a.healthy;
                 }
             }
-            Err(e @ ApiError::Status { .. }) => return Err(lease_hint(e).into()),
-            Err(e) => {
-                // A restarting or briefly unreachable registry: keep trying.
+            (Err(ApiError::Status { status: 404, .. }), Some(body)) => {
+                match ctx.registry.register(&inst.service, body).await {
+                    Ok(reply) => {
+                        let change = reply.parse()?;
+                        eprintln!(
+                            "{} was gone from the registry (restarted?): registered it again \
+                             (revision {}); heartbeats go on",
+                            inst.addr, change.revision
+                        );
+                        healthy = change.instance.healthy;
+                        failing = false;
+                    }
+                    Err(e) if is_refusal(&e) => return Err(e.into()),
+                    Err(e) => {
+                        eprintln!("warning: registering again failed: {e}");
+                        failing = true;
+                    }
+                }
+            }
+            (Err(e), _) if is_refusal(&e) => return Err(lease_hint(e).into()),
+            (Err(e), _) => {
+                // A restarting or briefly unreachable registry (or a 5xx): keep trying.
                 eprintln!("warning: heartbeat failed: {e}");
                 failing = true;
             }
         }
     }
+}
+
+/// A 4xx answer: the registry refused, trying again will not help (a 5xx or no answer may pass).
+fn is_refusal(e: &ApiError) -> bool {
+    matches!(e, ApiError::Status { status, .. } if *status < 500)
 }
 
 /// Adds what to do to a 404 (instance gone) or 409 (not lease-kept) answer to a heartbeat.

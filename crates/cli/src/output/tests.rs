@@ -76,6 +76,23 @@ fn an_instance_change_names_the_revision() {
 }
 
 #[test]
+fn an_answer_without_liveness_has_no_liveness_column() {
+    // The answers of register, offline and online do not say how the instance is kept alive.
+    let mut i = inst("10.0.0.5", 80, true);
+    i.liveness = None;
+    i.metadata.insert("zone".into(), "a".into());
+    let c = InstanceChange {
+        revision: 7,
+        instance: i,
+    };
+    let expected = "\
+offline: 10.0.0.5:80 in orders (revision 7)
+ADDRESS      CLUSTER  WEIGHT  HEALTHY  ENABLED  EPHEMERAL  METADATA
+10.0.0.5:80  DEFAULT       1  yes      yes      yes        zone=a";
+    assert_eq!(instance_change("offline:", "orders", &c), expected);
+}
+
+#[test]
 fn services_table_shows_counts_and_a_dash_for_no_kind() {
     let list = ServiceList {
         services: vec![ServiceSummary {

@@ -11,7 +11,12 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 
+pub mod running;
+
 /// One canned answer: for `method` on `path` (without the query), `status` and `body`.
+///
+/// The first route that matches and is not used up answers; [`Canned::times`] limits how often
+/// a route answers, so a list can script a sequence (200, then 404, then 200 ...).
 #[derive(Clone)]
 pub struct Canned {
     pub method: &'static str,
@@ -19,6 +24,16 @@ pub struct Canned {
     pub status: u16,
     pub content_type: &'static str,
     pub body: String,
+    /// How many requests this route answers; `None`: all of them.
+    pub times: Option<usize>,
+}
+
+impl Canned {
+    /// Answer only the next `n` matching requests, then let later routes answer.
+    pub fn times(mut self, n: usize) -> Self {
+        self.times = Some(n);
+        self
+    }
 }
 
 /// A request as the fake received it.
@@ -33,6 +48,8 @@ pub struct Recorded {
 #[derive(Clone)]
 struct Shared {
     routes: Arc<Vec<Canned>>,
+    /// How many requests each route answered.
+    used: Arc<Mutex<Vec<usize>>>,
     log: Arc<Mutex<Vec<Recorded>>>,
 }
 
@@ -55,6 +72,19 @@ pub fn json(
         status,
         content_type: "application/json",
         body: body.to_string(),
+        times: None,
+    }
+}
+
+/// A plain-text answer (what a server other than gangway might send).
+pub fn text(method: &'static str, path: &'static str, status: u16, body: &str) -> Canned {
+    Canned {
+        method,
+        path,
+        status,
+        content_type: "text/plain; charset=utf-8",
+        body: body.to_owned(),
+        times: None,
     }
 }
 
@@ -87,6 +117,7 @@ pub fn sse(path: &'static str, snapshots: &[serde_json::Value]) -> Canned {
         status: 200,
         content_type: "text/event-stream",
         body,
+        times: None,
     }
 }
 
@@ -95,6 +126,7 @@ impl Fake {
     pub async fn start(routes: Vec<Canned>) -> Fake {
         let log = Arc::new(Mutex::new(Vec::new()));
         let shared = Shared {
+            used: Arc::new(Mutex::new(vec![0; routes.len()])),
             routes: Arc::new(routes),
             log: log.clone(),
         };
@@ -148,10 +180,16 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
         uri,
         body: String::from_utf8_lossy(&body).into_owned(),
     });
-    let canned = shared
-        .routes
-        .iter()
-        .find(|c| c.method == method && c.path == path);
+    let canned = {
+        let mut used = shared.used.lock().unwrap();
+        let found = shared.routes.iter().enumerate().find(|(i, c)| {
+            c.method == method && c.path == path && c.times.is_none_or(|n| used[*i] < n)
+        });
+        found.map(|(i, c)| {
+            used[i] += 1;
+            c
+        })
+    };
     let (status, content_type, body) = match canned {
         Some(c) => (c.status, c.content_type, c.body.clone()),
         None => (

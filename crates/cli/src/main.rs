@@ -70,6 +70,8 @@ enum Command {
     DemoService(demo::service::ServiceArgs),
     /// Send GET /ping through a subscription at a fixed open-loop rate; print failures.
     DemoClient(demo::client::ClientArgs),
+    /// Measure offline strategies with real processes: classic lease+pull vs gangway (docs/lab.md).
+    Lab(gangway_lab::cli::LabPassthrough),
     /// Register an instance (ephemeral and lease-kept by default).
     Register(register::RegisterArgs),
     /// Keep an ephemeral instance's lease alive: heartbeats until Ctrl-C, or once.
@@ -93,9 +95,21 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => return usage_error(e),
+    let argv: Vec<String> = std::env::args().collect();
+    // `gangway lab` parses its own flags: its `--json FILE` is not the global `--json` switch.
+    let cli = if argv.get(1).map(String::as_str) == Some("lab") {
+        Cli {
+            server: DEFAULT_SERVER.to_owned(),
+            json: false,
+            command: Command::Lab(gangway_lab::cli::LabPassthrough {
+                args: argv[2..].to_vec(),
+            }),
+        }
+    } else {
+        match Cli::try_parse() {
+            Ok(cli) => cli,
+            Err(e) => return usage_error(e),
+        }
     };
     // `gangway server --log` sets the filter; RUST_LOG overrides it; other commands log warnings.
     let default_filter = match &cli.command {
@@ -149,6 +163,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 EXIT_FAILURE
             }));
         }
+        Command::Lab(a) => {
+            let a = match a.parse() {
+                Ok(a) => a,
+                Err(e) => return Ok(usage_error(e)),
+            };
+            let exe = std::env::current_exe()?;
+            let complete = gangway_lab::cli::run(a, exe).await?;
+            return Ok(ExitCode::from(if complete { EXIT_OK } else { EXIT_FAILURE }));
+        }
         _ => {}
     }
     let ctx = Context::new(&cli.server, cli.json).map_err(CliError::from)?;
@@ -166,7 +189,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Server(_)
         | Command::Demo(_)
         | Command::DemoService(_)
-        | Command::DemoClient(_) => {
+        | Command::DemoClient(_)
+        | Command::Lab(_) => {
             unreachable!("handled above")
         }
     };

@@ -2,16 +2,13 @@
 //! send time of request i is `start + i / rate`, fixed in advance and never delayed by slow
 //! answers. Prints each failure with its time, the cache's view changes, and a summary.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use gangway_client::http::{HttpClient, HttpResponse, RequestError};
+use gangway_client::http::HttpClient;
 use gangway_client::{Client, ClientConfig, Subscription};
 use gangway_core::model::ServiceKey;
-use serde::Serialize;
-use tokio::time::Instant;
 
 use super::pipeline::PipelineArgs;
 use crate::args::parse_duration;
@@ -50,65 +47,12 @@ pub struct ClientArgs {
     pub pipeline: PipelineArgs,
 }
 
-/// One request's outcome.
-#[derive(Debug, Clone, Serialize)]
-pub struct RequestRecord {
-    /// Index in the schedule.
-    pub index: usize,
-    /// Scheduled send time, ms after start.
-    pub scheduled_ms: f64,
-    /// Actual send time, ms after start.
-    pub sent_ms: f64,
-    /// Instance of the last attempt (`ip:port`), if any was made.
-    pub instance: Option<String>,
-    /// The client's end of the TCP connection that carried the answer (from the demo
-    /// service's reply), to tell keep-alive connections apart.
-    pub connection: Option<String>,
-    /// Answered 2xx.
-    pub ok: bool,
-    /// Failure reason: `no instance`, `connect`, `timeout`, `HTTP 500`, ...
-    pub error: Option<String>,
-    /// Time to the answer or failure, ms.
-    pub latency_ms: f64,
-    /// Attempts made.
-    pub attempts: u32,
-}
-
-/// A change of the consumer cache, as seen by the client.
-#[derive(Debug, Clone, Serialize)]
-pub struct ViewChange {
-    /// ms after start.
-    pub at_ms: f64,
-    /// Revision applied.
-    pub revision: u64,
-    /// Addresses in the view.
-    pub instances: Vec<String>,
-}
-
-/// The run's summary.
-#[derive(Debug, Clone, Serialize)]
-pub struct LoadReport {
-    /// Requests sent.
-    pub sent: usize,
-    /// Requests answered 2xx.
-    pub ok: usize,
-    /// Requests failed.
-    pub failed: usize,
-    /// Attempts per request.
-    pub attempts_per_request: f64,
-    /// Every request.
-    pub requests: Vec<RequestRecord>,
-    /// Every view change during the run.
-    pub view_changes: Vec<ViewChange>,
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+pub use gangway_lab::load::{LoadReport, RequestRecord};
 
 /// Sends `rate x duration` GET /ping requests to `service` through `http` on the open-loop
 /// schedule; `subscription` (of the same service) is only watched to record view changes.
-/// `on_failure` sees each failure as it happens.
+/// `on_failure` sees each failure as it happens. The generator is the lab's
+/// ([`gangway_lab::load`]).
 pub async fn run_load(
     http: &HttpClient,
     subscription: &Subscription,
@@ -120,128 +64,14 @@ pub async fn run_load(
         rate > 0.0 && rate.is_finite(),
         "--rate must be above 0, got {rate}"
     );
-    let url = format!("http://{}/ping", subscription.service().service);
-    let total = (rate * duration.as_secs_f64()).round() as usize;
-    let start = Instant::now();
-    let (stop_changes, stopped) = tokio::sync::oneshot::channel();
-    let changes = tokio::spawn(record_changes(subscription.receiver(), start, stopped));
-    let on_failure = Arc::new(on_failure);
-    let mut tasks = Vec::with_capacity(total);
-    for index in 0..total {
-        let scheduled = Duration::from_secs_f64(index as f64 / rate);
-        tokio::time::sleep_until(start + scheduled).await;
-        let (http, url, on_failure) = (http.clone(), url.clone(), on_failure.clone());
-        tasks.push(tokio::spawn(async move {
-            let sent = start.elapsed();
-            let result = http.get(&url).await;
-            let record = record(index, scheduled, sent, start.elapsed() - sent, result);
-            if !record.ok {
-                on_failure(&record);
-            }
-            record
-        }));
-    }
-    let mut requests = Vec::with_capacity(total);
-    for task in tasks {
-        requests.push(task.await.context("request task")?);
-    }
-    let _ = stop_changes.send(());
-    let view_changes = changes.await.context("view change recorder")?;
-    let ok = requests.iter().filter(|r| r.ok).count();
-    let attempts: u32 = requests.iter().map(|r| r.attempts).sum();
-    Ok(LoadReport {
-        sent: requests.len(),
-        ok,
-        failed: requests.len() - ok,
-        attempts_per_request: if requests.is_empty() {
-            0.0
-        } else {
-            f64::from(attempts) / requests.len() as f64
-        },
-        requests,
-        view_changes,
-    })
-}
-
-fn record(
-    index: usize,
-    scheduled: Duration,
-    sent: Duration,
-    latency: Duration,
-    result: Result<HttpResponse, RequestError>,
-) -> RequestRecord {
-    let mut r = RequestRecord {
-        index,
-        scheduled_ms: ms(scheduled),
-        sent_ms: ms(sent),
-        instance: None,
-        connection: None,
-        ok: false,
-        error: None,
-        latency_ms: ms(latency),
-        attempts: 0,
-    };
-    match result {
-        Ok(response) => {
-            r.instance = Some(response.instance.addr());
-            r.attempts = response.attempts;
-            r.connection = serde_json::from_slice::<serde_json::Value>(&response.body)
-                .ok()
-                .and_then(|v| v["peer"].as_str().map(str::to_owned));
-            r.ok = response.status.is_success();
-            if !r.ok {
-                r.error = Some(format!("HTTP {}", response.status.as_u16()));
-            }
-        }
-        Err(e) => {
-            r.attempts = e.attempts();
-            r.error = Some(match &e {
-                RequestError::NoInstance { .. } => "no instance".to_owned(),
-                RequestError::Failed {
-                    failure,
-                    instance,
-                    message,
-                    ..
-                } => {
-                    r.instance = Some(instance.addr());
-                    if failure.is_connect() {
-                        "connect".to_owned()
-                    } else if message.contains("timed out") {
-                        "timeout".to_owned()
-                    } else {
-                        format!("error: {message}")
-                    }
-                }
-                other => other.to_string(),
-            });
-        }
-    }
-    r
-}
-
-async fn record_changes(
-    mut rx: tokio::sync::watch::Receiver<Arc<gangway_core::View>>,
-    start: Instant,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) -> Vec<ViewChange> {
-    let mut out = Vec::new();
-    loop {
-        tokio::select! {
-            changed = rx.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                let view = rx.borrow_and_update().clone();
-                out.push(ViewChange {
-                    at_ms: ms(start.elapsed()),
-                    revision: view.revision,
-                    instances: view.instances.iter().map(|i| i.key.addr()).collect(),
-                });
-            }
-            _ = &mut stop => break,
-        }
-    }
-    out
+    gangway_lab::load::run_load(
+        http,
+        &subscription.service().service,
+        subscription.receiver(),
+        gangway_lab::load::Schedule { rate, duration },
+        on_failure,
+    )
+    .await
 }
 
 /// Subscribes to `service` and waits until the view holds `min` instances (at most 10 s).

@@ -2,6 +2,10 @@
 //! Registers itself on a session; on SIGTERM runs the lossless sequence (DESIGN §4): drain
 //! (offline + wait for every subscriber's ack), stop accepting, finish in-flight requests, exit.
 //!
+//! With `--lease-ttl` it is a "classic" instance instead (the lab's baseline): registered over
+//! REST with a lease (`--registry-http`), a heartbeat every TTL/3, and on SIGTERM a graceful exit
+//! only (stop accepting, finish in-flight): no drain, no deregistration.
+//!
 //! Machine-readable lines on stdout: `ready name=.. addr=..`, `drained waited_ms=.. complete=..
 //! acked=.. laggards=..`, `stopped in_flight=0`.
 
@@ -59,6 +63,16 @@ pub struct ServiceArgs {
     /// Start failing: GET /ping answers HTTP 500 until `POST /control/heal`.
     #[arg(long)]
     pub fail: bool,
+    /// Classic mode: register over REST with a lease of this TTL and heartbeat every TTL/3
+    /// instead of opening a session; SIGTERM then only exits gracefully (no drain).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", requires = "registry_http")]
+    pub lease_ttl: Option<Duration>,
+    /// Classic mode: lease delete timeout (default: 2 x the TTL).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", requires = "lease_ttl")]
+    pub lease_delete_timeout: Option<Duration>,
+    /// Classic mode: the registry's REST address.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub registry_http: Option<String>,
 }
 
 #[derive(Clone)]
@@ -124,6 +138,9 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
         .route("/control/heal", post(control_heal))
         .with_state(demo.clone());
 
+    if let (Some(ttl), Some(http)) = (args.lease_ttl, args.registry_http.clone()) {
+        return run_classic(args, ttl, &http, listener, app, name).await;
+    }
     let client = Client::connect(
         ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}")),
     )
@@ -177,6 +194,83 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
     let _ = stop_tx.send(());
     server.await.context("server task")?.context("serve")?;
     client.close();
+    println!("stopped in_flight=0");
+    Ok(())
+}
+
+/// Classic mode: REST registration with a lease, heartbeats every TTL/3, graceful exit on
+/// SIGTERM (the registry learns of the exit only when the lease expires, unless someone
+/// deregisters the instance first).
+async fn run_classic(
+    args: ServiceArgs,
+    ttl: Duration,
+    registry_http: &str,
+    listener: tokio::net::TcpListener,
+    app: Router,
+    name: String,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let base = if registry_http.starts_with("http") {
+        registry_http.trim_end_matches('/').to_owned()
+    } else {
+        format!("http://{registry_http}")
+    };
+    let http = reqwest::Client::new();
+    let delete_timeout = args.lease_delete_timeout.unwrap_or(ttl * 2).max(ttl);
+    let instances = format!("{base}/v1/services/{}/instances", args.service);
+    let response = http
+        .post(&instances)
+        .json(&serde_json::json!({
+            "ip": addr.ip().to_string(),
+            "port": addr.port(),
+            "ttl_ms": ttl.as_millis() as u64,
+            "delete_timeout_ms": delete_timeout.as_millis() as u64,
+            "metadata": { "name": name },
+        }))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the registry at {registry_http}"))?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "register refused: HTTP {} {}",
+        response.status(),
+        response.text().await.unwrap_or_default()
+    );
+    println!("ready name={name} addr={addr}");
+    let heartbeat_url = format!("{instances}/{addr}/heartbeat");
+    // Heartbeats every TTL/3, as a Nacos v1 or Eureka client does. A 404 (deregistered by
+    // someone else) stops them: the instance does not come back by itself.
+    let heartbeats = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match http.put(&heartbeat_url).send().await {
+                Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => break,
+                _ => {}
+            }
+        }
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    heartbeats.abort();
+    let _ = stop_tx.send(());
+    server.await.context("server task")?.context("serve")?;
     println!("stopped in_flight=0");
     Ok(())
 }

@@ -1,0 +1,300 @@
+//! `gangway lab`: the flags and the command. The `gangway` binary flattens [`LabArgs`] and calls
+//! [`run`] with its own path (the demo-service children are that binary).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, ValueEnum};
+
+use crate::report;
+use crate::scenario::{self, Action, Mode, Params, Scenario};
+use crate::suite;
+
+/// Which suite to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Suite {
+    /// The four tables: classic crash, classic deregister-first, retry, gangway.
+    Default,
+    /// How the registry sees an instance go (sessions, probes, protect threshold, restart).
+    Liveness,
+}
+
+/// How the instance leaves (`--scenario`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ActionArg {
+    /// SIGKILL, no deregistration.
+    Crash,
+    /// SIGSTOP.
+    Freeze,
+    /// Deregister, wait --wait, SIGKILL.
+    DeregisterKill,
+    /// Deregister, wait --wait, SIGTERM (graceful exit).
+    DeregisterGraceful,
+    /// gangway drain (offline + every subscriber's ack), then graceful exit.
+    Drain,
+}
+
+/// Registry behaviour (`--registry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Lease (--ttl, heartbeats every TTL/3) and a consumer that pulls every --refresh.
+    Classic,
+    /// Sessions, push with acks.
+    Gangway,
+}
+
+/// `gangway lab` as a parser of its own: its `--json FILE` (a file to write) is not the
+/// `gangway --json` switch of the registry commands, so the `gangway` binary hands everything
+/// after `lab` ([`LabPassthrough`]) to this parser.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gangway lab",
+    about = "Measure offline strategies with real processes: classic lease + pull versus gangway \
+             sessions + push + acks. Prints tables; docs/lab.md explains them.",
+    max_term_width = 100
+)]
+pub struct LabCommand {
+    /// The flags.
+    #[command(flatten)]
+    pub args: LabArgs,
+}
+
+/// The `lab` entry of the `gangway` command line: the arguments after `lab`, unparsed (see
+/// [`LabCommand`]).
+#[derive(Debug, Clone, Args)]
+#[command(disable_help_flag = true)]
+pub struct LabPassthrough {
+    /// Arguments of `gangway lab` (`gangway lab --help` lists them).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<String>,
+}
+
+impl LabPassthrough {
+    /// Parses the arguments.
+    ///
+    /// # Errors
+    /// clap's error (help and version included), to print and exit with.
+    pub fn parse(&self) -> Result<LabArgs, clap::Error> {
+        LabCommand::try_parse_from(
+            std::iter::once("gangway lab".to_owned()).chain(self.args.iter().cloned()),
+        )
+        .map(|c| c.args)
+    }
+}
+
+/// Flags of `gangway lab`. Durations take `500ms`, `2.8s`, `1m`; a bare number is seconds.
+#[derive(Debug, Clone, Args)]
+pub struct LabArgs {
+    /// `default` (the four tables) or `liveness`.
+    #[arg(value_enum, default_value = "default")]
+    pub suite: Suite,
+    /// Run one configuration instead of a suite: how the instance leaves (with --registry,
+    /// --ttl, --refresh, --wait, --retry).
+    #[arg(long, value_enum, value_name = "ACTION")]
+    pub scenario: Option<ActionArg>,
+    /// --scenario: registry behaviour.
+    #[arg(long, value_enum, default_value = "gangway")]
+    pub registry: ModeArg,
+    /// --scenario, classic: lease TTL (heartbeats every TTL/3).
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub ttl: Duration,
+    /// --scenario, classic: consumer refresh interval R.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub refresh: Duration,
+    /// --scenario, deregister-*: wait W between deregistration and the signal.
+    #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    pub wait: Duration,
+    /// --scenario: the consumer retries once on another instance.
+    #[arg(long)]
+    pub retry: bool,
+    /// A short suite for CI: one or two rows per table, 4 s of load, action at 1.4 s.
+    #[arg(long)]
+    pub quick: bool,
+    /// Instances N.
+    #[arg(long, default_value_t = 3)]
+    pub instances: usize,
+    /// Requests per second, open loop.
+    #[arg(long, default_value_t = 60.0)]
+    pub rate: f64,
+    /// Sending time.
+    #[arg(long, default_value = "8s", value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Duration,
+    /// When the instance leaves, after the first send.
+    #[arg(long, default_value = "2.8s", value_parser = parse_duration, value_name = "DURATION")]
+    pub action_at: Duration,
+    /// In-flight time of each request (GET /ping answers after this).
+    #[arg(long, default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub delay: Duration,
+    /// Timeout of each attempt.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+    /// gangway sessions: HTTP/2 keepalive ping interval.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub keepalive_interval: Duration,
+    /// gangway sessions: keepalive timeout (a frozen peer's session ends after interval +
+    /// timeout).
+    #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    pub keepalive_timeout: Duration,
+    /// Longest drain wait.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub drain_timeout: Duration,
+    /// Scenarios run at the same time (each with its own registry and ports).
+    #[arg(long, default_value_t = 3)]
+    pub concurrency: usize,
+    /// liveness: how long to watch a persistent instance whose port stopped listening.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub observe: Duration,
+    /// Write all raw results (one record per request) to FILE as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw per scenario a timeline of requests to FILE as SVG.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl LabArgs {
+    /// Scenario parameters from the flags (`--quick` shortens the run).
+    pub fn params(&self, exe: PathBuf) -> Params {
+        let mut p = Params::new(exe);
+        p.instances = self.instances;
+        p.rate = self.rate;
+        p.duration = self.duration;
+        p.action_at = self.action_at;
+        p.delay = self.delay;
+        p.timeout = self.timeout;
+        p.keepalive_interval = self.keepalive_interval;
+        p.keepalive_timeout = self.keepalive_timeout;
+        p.drain_timeout = self.drain_timeout;
+        if self.quick {
+            p.duration = Duration::from_secs(4);
+            p.action_at = Duration::from_millis(1400);
+        }
+        p
+    }
+
+    /// The `--scenario` configuration, if given.
+    pub fn scenario(&self) -> Option<Scenario> {
+        let action = match self.scenario? {
+            ActionArg::Crash => Action::Crash,
+            ActionArg::Freeze => Action::Freeze,
+            ActionArg::DeregisterKill => Action::DeregisterKill { wait: self.wait },
+            ActionArg::DeregisterGraceful => Action::DeregisterGraceful { wait: self.wait },
+            ActionArg::Drain => Action::Drain,
+        };
+        let mode = match self.registry {
+            ModeArg::Classic => Mode::Classic {
+                ttl: self.ttl,
+                refresh: self.refresh,
+            },
+            ModeArg::Gangway => Mode::Gangway,
+        };
+        Some(Scenario {
+            mode,
+            action,
+            retry: self.retry,
+        })
+    }
+}
+
+/// Runs `gangway lab`; `exe` is the `gangway` executable. Prints the tables on stdout, the
+/// progress bar on stderr. Returns whether every scenario ran (a failed *request* is a result,
+/// not an error).
+///
+/// # Errors
+/// Bad flag combinations; the JSON or SVG file cannot be written.
+pub async fn run(args: LabArgs, exe: PathBuf) -> anyhow::Result<bool> {
+    anyhow::ensure!(args.instances >= 2, "--instances must be at least 2");
+    anyhow::ensure!(
+        args.rate > 0.0 && args.rate.is_finite(),
+        "--rate must be above 0"
+    );
+    let params = args.params(exe.clone());
+    anyhow::ensure!(
+        params.action_at < params.duration,
+        "--action-at must fall inside --duration"
+    );
+    if args.suite == Suite::Liveness {
+        anyhow::ensure!(
+            args.scenario.is_none(),
+            "--scenario belongs to the default suite"
+        );
+        let rows = crate::liveness::run(&crate::liveness::Settings {
+            exe,
+            observe: args.observe,
+            keepalive_interval: args.keepalive_interval,
+            keepalive_timeout: args.keepalive_timeout,
+            progress: !args.no_progress,
+        })
+        .await?;
+        println!("{}", crate::liveness::render(&rows));
+        return Ok(rows.iter().all(|r| r.error.is_none()));
+    }
+    let tables = match args.scenario() {
+        Some(s) => vec![suite::Table {
+            title: s.label(),
+            rows: vec![suite::Row {
+                scenario: s,
+                reference: "-".to_owned(),
+            }],
+        }],
+        None if args.quick => suite::quick_suite(),
+        None => suite::default_suite(),
+    };
+    println!(
+        "gangway lab: {} instance(s), {} req/s for {} ({} requests), leave at {}, in-flight {}, \
+         attempt timeout {}",
+        params.instances,
+        params.rate,
+        scenario::secs(params.duration),
+        params.schedule().total(),
+        scenario::secs(params.action_at),
+        scenario::secs(params.delay),
+        scenario::secs(params.timeout)
+    );
+    let results = suite::run(&tables, &params, args.concurrency, !args.no_progress).await;
+    for t in &tables {
+        println!("\n{}", report::render_table(t, &results));
+    }
+    if let Some(path) = &args.json {
+        report::write_json(path, &params, &results)?;
+        println!("\nraw results: {}", path.display());
+    }
+    if let Some(path) = &args.svg {
+        report::write_svg(path, &params, &results)?;
+        println!("timelines: {}", path.display());
+    }
+    Ok(results.iter().all(|(_, r)| r.is_ok()))
+}
+
+/// Parses `500ms`, `2.8s`, `2m`, `1h`; a bare number is seconds.
+///
+/// # Errors
+/// Negative, unparsable or an unknown unit.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("must not be negative, got {s:?}"));
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("expected seconds or a duration like 500ms, 30s, 2m; got {s:?}"))?;
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {s:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("duration out of range: {s:?}"))
+}

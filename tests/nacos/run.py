@@ -249,10 +249,12 @@ def gangway_cli(server, *args, timeout=60):
 def cross_protocol_drain(server, scratch):
     """Python consumer subscribed; `gangway offline --wait` of a native instance waits for its ack."""
     svc = "xdrain"
-    for ip, port in (("10.6.0.1", 9101), ("10.6.0.2", 9102)):
+    a, b, c3 = "10.6.0.1:9101", "10.6.0.2:9102", "10.6.0.3:9103"
+    for addr in (a, b, c3):
+        ip, port = addr.split(":")
         status, body = server.request(
             "POST", f"/v1/services/{svc}/instances",
-            body=json.dumps({"ip": ip, "port": port, "ttl_ms": 600000, "delete_timeout_ms": 600000}),
+            body=json.dumps({"ip": ip, "port": int(port), "ttl_ms": 600000, "delete_timeout_ms": 600000}),
             headers={"Content-Type": "application/json"},
         )
         check(status in (200, 201), f"native register: {status} {body}")
@@ -264,8 +266,7 @@ def cross_protocol_drain(server, scratch):
             return pred
 
         c.wait_line(lambda l: l == "READY")
-        c.wait_line(hosts_line(["10.6.0.1:9101", "10.6.0.2:9102"]))
-        since = len(c.lines)
+        c.wait_line(hosts_line([a, b, c3]))
         status, body = server.get(f"/v1/services/{svc}/subscribers")
         subs = json.loads(body)["subscribers"]
         nacos_subs = [s for s in subs if s["client_name"].startswith("nacos-grpc")]
@@ -273,44 +274,38 @@ def cross_protocol_drain(server, scratch):
         sub_id = nacos_subs[0]["id"]
         print(f"    subscriber {sub_id} client_name={nacos_subs[0]['client_name']!r}")
 
-        # Frozen consumer: the drain must not complete, and must name it as a laggard.
+        # Frozen consumer: the drain of A must not complete, and must name it as a laggard.
         c.proc.send_signal(signal.SIGSTOP)
         try:
-            code, out, err, _ = gangway_cli(
-                server, "offline", svc, "10.6.0.1:9101", "--wait", "--timeout", "1500ms"
-            )
+            code, out, err, _ = gangway_cli(server, "offline", svc, a, "--wait", "--timeout", "1500ms")
         finally:
             c.proc.send_signal(signal.SIGCONT)
         check(code == 3, f"drain with a frozen Nacos consumer exited {code}: {out} {err}")
         report = json.loads(out)
-        check(
-            any(l["id"] == sub_id for l in report["laggards"]),
-            f"frozen consumer not among laggards: {report}",
-        )
-        print(f"    frozen consumer: drain timed out (exit 3), laggards {[l['id'] for l in report['laggards']]}")
+        check(any(l["id"] == sub_id for l in report["laggards"]), f"not among laggards: {report}")
+        print(f"    frozen consumer: drain of {a} timed out (exit 3), laggards {[l['id'] for l in report['laggards']]}")
+        c.wait_line(hosts_line([b, c3]), timeout=5)  # thawed, it catches up
 
-        # Thawed: a new drain completes once the Python client acked, and lists it as acked.
+        # Live consumer: the drain of B completes once the Python client acked, and lists it.
+        since = len(c.lines)
         t0 = time.time()
-        code, out, err, t_end = gangway_cli(
-            server, "offline", svc, "10.6.0.1:9101", "--wait", "--timeout", "20"
-        )
+        code, out, err, t_end = gangway_cli(server, "offline", svc, b, "--wait", "--timeout", "20")
         check(code == 0, f"drain exited {code}: {out} {err}")
         report = json.loads(out)
         check(report["complete"], f"drain not complete: {report}")
-        acked = [a for a in report["acked"] if a["id"] == sub_id]
+        acked = [x for x in report["acked"] if x["id"] == sub_id]
         check(acked and acked[0]["acked_revision"] >= report["revision"], f"acked: {report}")
-        t_seen, _ = c.wait_line(hosts_line(["10.6.0.2:9102"]), timeout=5, since=since)
-        check(t_seen <= t_end, "the consumer applied the list after the drain returned")
+        t_seen, _ = c.wait_line(hosts_line([c3]), timeout=5, since=since)
+        check(t0 <= t_seen <= t_end, "the consumer did not apply the new list while the drain waited")
         print(
-            f"    drain complete in {report['waited_ms']} ms; Python consumer {sub_id} acked "
-            f"revision {acked[0]['acked_revision']} >= {report['revision']}; it applied the new list "
-            f"{(t_seen - t0) * 1000:.0f} ms after the drain started, before the drain returned"
+            f"    drain of {b} complete after {report['waited_ms']} ms; Python consumer {sub_id} acked "
+            f"revision {acked[0]['acked_revision']} >= {report['revision']}; it applied the list without "
+            f"{b} {(t_seen - t0) * 1000:.0f} ms after the drain command started, before it returned "
+            f"({(t_end - t0) * 1000:.0f} ms)"
         )
 
         # The last instance: Nacos SDKs ignore empty lists, so the drain must say so.
-        code, out, err, _ = gangway_cli(
-            server, "offline", svc, "10.6.0.2:9102", "--wait", "--force", "--timeout", "10"
-        )
+        code, out, err, _ = gangway_cli(server, "offline", svc, c3, "--wait", "--force", "--timeout", "10")
         check(code == 0, f"forced drain exited {code}: {out} {err}")
         notes = json.loads(out).get("notes", [])
         check(any("ignore an empty instance list" in n for n in notes), f"notes: {notes}")

@@ -167,3 +167,6 @@ pub fn outcome_of(failure: Option<Failure>) -> Outcome {
         Some(Failure::Status(_)) => Outcome::Success,
     }
 }
+
+#[cfg(test)]
+mod tests;

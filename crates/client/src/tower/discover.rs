@@ -63,18 +63,21 @@ pub enum Rebuild {
 /// use gangway_client::tower::ViewDiscover;
 /// use tower::balance::p2c::Balance;
 /// use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
+/// use tower::{BoxError, Service, ServiceExt};
 ///
-/// fn balanced(orders: &Subscription) -> Balance<impl tower::discover::Discover, String> {
+/// async fn call_one(orders: &Subscription) -> Result<String, BoxError> {
 ///     // One (toy) service per instance: answers with the instance's address.
 ///     let discover = ViewDiscover::new(orders, |instance| {
 ///         let addr = instance.key.addr();
-///         tower::service_fn(move |_: String| {
+///         tower::service_fn(move |_: ()| {
 ///             let addr = addr.clone();
 ///             async move { Ok::<_, std::io::Error>(addr) }
 ///         })
 ///     });
 ///     // p2c needs a load metric per service: requests in flight.
-///     Balance::new(PendingRequestsDiscover::new(discover, CompleteOnResponse::default()))
+///     let mut balance =
+///         Balance::new(PendingRequestsDiscover::new(discover, CompleteOnResponse::default()));
+///     balance.ready().await?.call(()).await
 /// }
 /// ```
 pub struct ViewDiscover<S> {

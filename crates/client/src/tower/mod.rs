@@ -29,7 +29,7 @@
 //! use tower::{BoxError, Layer, Service, ServiceBuilder};
 //!
 //! # fn per_instance_client(_: &gangway_core::model::Instance)
-//! #     -> impl Service<http::Request<String>, Response = http::Response<String>, Error = std::io::Error, Future: Send> + Send + 'static
+//! #     -> impl Service<http::Request<String>, Response = http::Response<String>, Error = std::io::Error, Future: Send> + Send + use<>
 //! # { tower::service_fn(|_: http::Request<String>| async { Ok(http::Response::new(String::new())) }) }
 //! fn orders_stack(
 //!     orders: &Subscription,
@@ -65,3 +65,8 @@ pub use classify::{AsStdError, Classify, DefaultClassify, HasStatus, classify_er
 pub use discover::{Rebuild, ViewDiscover, balance_channel, tonic_endpoints};
 pub use ejection::{Ejection, EjectionLayer};
 pub use retry::{Attempts, Idempotent, Retry, RetryLayer};
+
+/// Compiles the examples of `docs/tower.md` as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../docs/tower.md")]
+pub struct TowerDocs;

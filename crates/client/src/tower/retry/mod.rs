@@ -2,8 +2,8 @@
 //!
 //! [`RetryLayer`] wraps a service of requests that can be replayed ([`Replay`]:
 //! `http::Request<B>` with `B: Clone`, e.g. `Full<Bytes>` or `String`, or a
-//! `reqwest::Request` with a buffered body). A failed attempt, as the [`Classify`]
-//! (super::Classify) classifier sees it, is sent again when
+//! `reqwest::Request` with a buffered body). A failed attempt, as the
+//! [`Classify`](super::Classify) classifier sees it, is sent again when
 //! - [`may_retry`](crate::retry::may_retry) allows it: connection-level failures always,
 //!   after-send failures and 502/503/504 only for idempotent requests (the method, or an
 //!   [`Idempotent`] request extension);
@@ -13,7 +13,9 @@
 //!   requests over 10 s, at least 10 retries/s, by default).
 //!
 //! Every response carries an [`Attempts`] extension: how many attempts it took (1 = no
-//! retry). Errors are returned as the inner service gave them.
+//! retry); only a request that cannot be replayed (a `reqwest::Request` with a streaming
+//! body) is sent once and answered without it. Errors are returned as the inner service gave
+//! them.
 //!
 //! The retry is immediate and goes back through the inner service, so put the balancer
 //! *below* this layer (`Retry<Buffer<Balance<..>>>`): each attempt is a fresh pick. tower's

@@ -1,17 +1,37 @@
-//! `gangway lab liveness` (to do).
+//! `gangway lab liveness`: how the registry sees an instance go, measured on real processes and
+//! sockets, next to the figures of a Nacos 3.2 single node measured elsewhere.
+//!
+//! Every measurement has its own registry and runs concurrently with the others; the persistent
+//! instance's `--observe` wait (default 60 s) sets the suite's length.
+
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use anyhow::Context as _;
+use comfy_table::Table as TextTable;
+use indicatif::{ProgressBar, ProgressStyle};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::process::{Proc, STARTUP, field};
+
+/// How often the registry's list is read while waiting for a change.
+const POLL: Duration = Duration::from_millis(25);
 
 /// Settings of the liveness suite.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The `gangway` executable.
     pub exe: PathBuf,
-    /// How long to watch a persistent instance whose port stopped listening.
+    /// How long to watch a persistent instance whose port stopped listening (default 60 s).
     pub observe: Duration,
-    /// Session keepalive interval.
+    /// Session keepalive ping interval (default 1 s).
     pub keepalive_interval: Duration,
-    /// Session keepalive timeout.
+    /// Session keepalive timeout (default 3 s).
     pub keepalive_timeout: Duration,
     /// Show a progress bar.
     pub progress: bool,
@@ -20,19 +40,592 @@ pub struct Settings {
 /// One measured row.
 #[derive(Debug, Clone)]
 pub struct Row {
+    /// What happened.
+    pub case: String,
+    /// What gangway did, measured here.
+    pub measured: String,
+    /// What the list showed meanwhile.
+    pub meanwhile: String,
+    /// Nacos 3.2 single node, measured elsewhere (issue 4).
+    pub nacos: String,
     /// Error, if the measurement could not run.
     pub error: Option<String>,
 }
 
-/// Runs the liveness suite.
+fn row(case: &str, nacos: &str, r: anyhow::Result<(String, String)>) -> Row {
+    match r {
+        Ok((measured, meanwhile)) => Row {
+            case: case.to_owned(),
+            measured,
+            meanwhile,
+            nacos: nacos.to_owned(),
+            error: None,
+        },
+        Err(e) => Row {
+            case: case.to_owned(),
+            measured: "error".to_owned(),
+            meanwhile: format!("{e:#}"),
+            nacos: nacos.to_owned(),
+            error: Some(format!("{e:#}")),
+        },
+    }
+}
+
+/// Runs every measurement (concurrently) and returns the rows in table order.
 ///
 /// # Errors
-/// Never yet.
-pub async fn run(_s: &Settings) -> anyhow::Result<Vec<Row>> {
-    anyhow::bail!("not yet")
+/// None of its own: a measurement that fails becomes a row with its error.
+pub async fn run(s: &Settings) -> anyhow::Result<Vec<Row>> {
+    let bar = if s.progress {
+        ProgressBar::new(5)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar.set_message(format!(
+        "liveness (the persistent probe is watched for {} s)",
+        s.observe.as_secs()
+    ));
+    let step = |bar: &ProgressBar| bar.inc(1);
+    let (graceful, kill, stop, persistent, (protect, restart)) = tokio::join!(
+        async {
+            let r = session_leaves(s, Leave::Graceful).await;
+            step(&bar);
+            r
+        },
+        async {
+            let r = session_leaves(s, Leave::Kill).await;
+            step(&bar);
+            r
+        },
+        async {
+            let r = session_leaves(s, Leave::Stop).await;
+            step(&bar);
+            r
+        },
+        async {
+            let r = persistent_port_closes(s).await;
+            step(&bar);
+            r
+        },
+        async {
+            // These two are short; run them one after the other to keep the CPU quieter.
+            let p = protect_threshold().await;
+            let r = registry_restart(s).await;
+            step(&bar);
+            (p, r)
+        },
+    );
+    bar.finish_and_clear();
+    let mut rows = vec![
+        row(
+            "session instance, graceful exit (deregisters)",
+            "0.68 s",
+            graceful,
+        ),
+        row("session instance, SIGKILL of its process", "0.58 s", kill),
+        row("session instance, SIGSTOP of its process", "26 s", stop),
+    ];
+    match persistent {
+        Ok(rows_p) => rows.extend(rows_p),
+        Err(e) => rows.push(row(
+            "persistent instance, port stops listening",
+            "unhealthy after 0.6-3.4 s, healthy 13 s after the port is back",
+            Err(e),
+        )),
+    }
+    match protect {
+        Ok(rows_p) => rows.extend(rows_p),
+        Err(e) => rows.push(row("protect threshold, 4 of 5 down", "-", Err(e))),
+    }
+    match restart {
+        Ok(rows_r) => rows.extend(rows_r),
+        Err(e) => rows.push(row(
+            "registry restart (kill -9, start)",
+            "ephemeral re-registered after 14 s",
+            Err(e),
+        )),
+    }
+    Ok(rows)
 }
 
 /// Renders the table.
-pub fn render(_rows: &[Row]) -> String {
-    String::new()
+pub fn render(rows: &[Row]) -> String {
+    let mut t = TextTable::new();
+    t.load_preset(comfy_table::presets::ASCII_MARKDOWN);
+    t.set_header([
+        "case",
+        "gangway (measured here)",
+        "the list meanwhile",
+        "Nacos 3.2 (measured elsewhere)",
+    ]);
+    for r in rows {
+        t.add_row([&r.case, &r.measured, &r.meanwhile, &r.nacos]);
+    }
+    format!("liveness: how the registry sees an instance go\n{t}")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Leave {
+    Graceful,
+    Kill,
+    Stop,
+}
+
+async fn start_registry(s: &Settings) -> anyhow::Result<gangway_server::RunningServer> {
+    let mut config = gangway_server::Config::for_tests();
+    config.liveness.keepalive_interval = s.keepalive_interval;
+    config.liveness.keepalive_timeout = s.keepalive_timeout;
+    gangway_server::start(config)
+        .await
+        .context("start the registry")
+}
+
+/// Every instance of `service` (`?all=true`), or an empty list on any error.
+async fn list_all(http: &reqwest::Client, registry: SocketAddr, service: &str) -> Vec<Value> {
+    list(http, registry, service, true)
+        .await
+        .map(|v| v["instances"].as_array().cloned().unwrap_or_default())
+        .unwrap_or_default()
+}
+
+async fn list(
+    http: &reqwest::Client,
+    registry: SocketAddr,
+    service: &str,
+    all: bool,
+) -> anyhow::Result<Value> {
+    let url = format!(
+        "http://{registry}/v1/services/{service}/instances{}",
+        if all { "?all=true" } else { "" }
+    );
+    Ok(http
+        .get(&url)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}
+
+fn find<'a>(instances: &'a [Value], addr: &str) -> Option<&'a Value> {
+    instances
+        .iter()
+        .find(|i| format!("{}:{}", i["ip"].as_str().unwrap_or(""), i["port"]) == addr)
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// A demo-service on a session leaves; how long until the registry's list no longer holds it,
+/// and its health flag meanwhile.
+async fn session_leaves(s: &Settings, how: Leave) -> anyhow::Result<(String, String)> {
+    let server = start_registry(s).await?;
+    let service = "liveness";
+    let mut p = Proc::spawn(
+        &s.exe,
+        &[
+            "demo-service".into(),
+            "--registry".into(),
+            server.grpc_addr.to_string(),
+            "--service".into(),
+            service.into(),
+            "--no-drain".into(),
+        ],
+    )?;
+    let result = async {
+        let ready = p.line("ready ", STARTUP).await?;
+        let addr = field(&ready, "addr").context("ready line without addr=")?;
+        let http = reqwest::Client::new();
+        let listed = wait_until(Duration::from_secs(10), || async {
+            find(&list_all(&http, server.http_addr, service).await, &addr).is_some()
+        })
+        .await;
+        anyhow::ensure!(listed.is_some(), "the instance was never listed");
+        let sig = match how {
+            Leave::Graceful => Signal::SIGTERM,
+            Leave::Kill => Signal::SIGKILL,
+            Leave::Stop => Signal::SIGSTOP,
+        };
+        let start = Instant::now();
+        p.signal(sig)?;
+        let mut flags = Vec::new();
+        let limit = Duration::from_secs(60);
+        loop {
+            let all = list_all(&http, server.http_addr, service).await;
+            match find(&all, &addr) {
+                None => break,
+                Some(i) => {
+                    let flag = format!(
+                        "healthy={} enabled={}",
+                        i["healthy"].as_bool().unwrap_or(false),
+                        i["enabled"].as_bool().unwrap_or(false)
+                    );
+                    if flags.last() != Some(&flag) {
+                        flags.push(flag);
+                    }
+                }
+            }
+            anyhow::ensure!(start.elapsed() < limit, "still listed after {limit:?}");
+            tokio::time::sleep(POLL).await;
+        }
+        let gone = start.elapsed();
+        Ok((
+            format!("gone after {}", secs(gone)),
+            if flags.is_empty() {
+                "gone at the first look".to_owned()
+            } else {
+                format!("{} until gone", flags.join(", then "))
+            },
+        ))
+    }
+    .await;
+    p.kill().await;
+    server.shutdown().await;
+    result
+}
+
+/// Polls `check` every [`POLL`] until it holds; the time it took, or `None` after `limit`.
+async fn wait_until<F, Fut>(limit: Duration, mut check: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() >= limit {
+            return None;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A listener that accepts and drops connections until aborted.
+fn listen(listener: TcpListener) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        }
+    })
+}
+
+async fn register(
+    http: &reqwest::Client,
+    registry: SocketAddr,
+    service: &str,
+    body: Value,
+) -> anyhow::Result<()> {
+    let url = format!("http://{registry}/v1/services/{service}/instances");
+    let r = http.post(&url).json(&body).send().await?;
+    anyhow::ensure!(
+        r.status().is_success(),
+        "register: HTTP {} {}",
+        r.status(),
+        r.text().await.unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// A persistent, TCP-probed instance (default probe: every 2 s, fall 2, rise 2) whose port
+/// stops listening: time until unhealthy, still listed after `observe`, time until healthy
+/// again once the port listens again.
+async fn persistent_port_closes(s: &Settings) -> anyhow::Result<Vec<Row>> {
+    let server = start_registry(s).await?;
+    let result = async {
+        let http = reqwest::Client::new();
+        let service = "stock";
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port_addr = listener.local_addr()?;
+        let addr = port_addr.to_string();
+        let accept = listen(listener);
+        register(
+            &http,
+            server.http_addr,
+            service,
+            json!({"ip": "127.0.0.1", "port": port_addr.port(), "ephemeral": false,
+                   "probe": {"kind": "tcp"}}),
+        )
+        .await?;
+        let health = |http: reqwest::Client| {
+            let addr = addr.clone();
+            let registry = server.http_addr;
+            async move {
+                find(&list_all(&http, registry, service).await, &addr)
+                    .map(|i| i["healthy"].as_bool().unwrap_or(false))
+            }
+        };
+        wait_until(Duration::from_secs(15), || {
+            let h = health(http.clone());
+            async move { h.await == Some(true) }
+        })
+        .await
+        .context("the persistent instance never became healthy")?;
+        accept.abort();
+        let _ = accept.await;
+        let closed = Instant::now();
+        let unhealthy = wait_until(Duration::from_secs(30), || {
+            let h = health(http.clone());
+            async move { h.await == Some(false) }
+        })
+        .await
+        .context("the probe never marked it unhealthy within 30 s")?;
+        tokio::time::sleep_until(closed + s.observe).await;
+        let listed = health(http.clone()).await;
+        let listener = TcpListener::bind(port_addr)
+            .await
+            .with_context(|| format!("listen on {port_addr} again"))?;
+        let accept = listen(listener);
+        let back = wait_until(Duration::from_secs(60), || {
+            let h = health(http.clone());
+            async move { h.await == Some(true) }
+        })
+        .await;
+        accept.abort();
+        let nacos = "unhealthy after 0.6-3.4 s, healthy 13 s after the port is back";
+        Ok(vec![
+            row(
+                "persistent instance (TCP probe 2 s, fall 2, rise 2), port stops listening",
+                nacos,
+                Ok((
+                    format!("unhealthy after {}", secs(unhealthy)),
+                    format!(
+                        "after {} s: {}",
+                        s.observe.as_secs(),
+                        match listed {
+                            Some(h) => format!("still listed, healthy={h}"),
+                            None => "not listed".to_owned(),
+                        }
+                    ),
+                )),
+            ),
+            row(
+                "persistent instance, port listens again",
+                "13 s",
+                Ok((
+                    back.map_or("not healthy within 60 s".to_owned(), |b| {
+                        format!("healthy again after {}", secs(b))
+                    }),
+                    "listed throughout, healthy=false until then".to_owned(),
+                )),
+            ),
+        ])
+    }
+    .await;
+    server.shutdown().await;
+    result
+}
+
+/// Five lease-kept instances, four stop heartbeating (TTL 500 ms): what the consumer view holds
+/// with protect thresholds 0.0, 0.1, 0.2 and 0.5 (healthy ratio 1/5 = 0.2).
+async fn protect_threshold() -> anyhow::Result<Vec<Row>> {
+    let mut config = gangway_server::Config::for_tests();
+    config.liveness.lease_ttl = Duration::from_millis(500);
+    config.liveness.lease_delete_timeout = Duration::from_secs(600);
+    let server = gangway_server::start(config)
+        .await
+        .context("start the registry")?;
+    let result = async {
+        let http = reqwest::Client::new();
+        let mut rows = Vec::new();
+        for threshold in [0.0, 0.1, 0.2, 0.5] {
+            let service = format!("protect{}", (threshold * 10.0) as u32);
+            let url = format!("http://{}/v1/services/{service}", server.http_addr);
+            for port in 1..=5u16 {
+                register(
+                    &http,
+                    server.http_addr,
+                    &service,
+                    json!({"ip": "127.0.0.1", "port": 20000 + port, "ttl_ms": 500,
+                           "delete_timeout_ms": 600000}),
+                )
+                .await?;
+            }
+            let r = http
+                .put(&url)
+                .json(&json!({"protect_threshold": threshold}))
+                .send()
+                .await?;
+            anyhow::ensure!(
+                r.status().is_success(),
+                "PUT protect_threshold: {}",
+                r.status()
+            );
+            // Keep instance 1 alive; the other four expire after 500 ms (checked every 200 ms).
+            let beat = format!("{url}/instances/127.0.0.1:20001/heartbeat");
+            let unhealthy = wait_until(Duration::from_secs(10), || {
+                let (http, beat, service) = (http.clone(), beat.clone(), service.clone());
+                let registry = server.http_addr;
+                async move {
+                    let _ = http.put(&beat).send().await;
+                    list_all(&http, registry, &service)
+                        .await
+                        .iter()
+                        .filter(|i| i["healthy"] == Value::Bool(false))
+                        .count()
+                        == 4
+                }
+            })
+            .await;
+            anyhow::ensure!(unhealthy.is_some(), "4 of 5 never went unhealthy");
+            let view = list(&http, server.http_addr, &service, false).await?;
+            let instances = view["instances"].as_array().cloned().unwrap_or_default();
+            let healthy = instances
+                .iter()
+                .filter(|i| i["healthy"] == Value::Bool(true))
+                .count();
+            let triggered = view["protection_triggered"].as_bool().unwrap_or(false);
+            rows.push(row(
+                &format!("protect threshold {threshold}, 4 of 5 down (healthy ratio 0.2)"),
+                if threshold >= 0.2 {
+                    "not measured; by its rule all 5, each rewritten healthy"
+                } else {
+                    "not measured; by its rule the 1 healthy"
+                },
+                Ok((
+                    format!("view holds {} ({} healthy)", instances.len(), healthy),
+                    if triggered {
+                        "protection triggered: all 5 with their real health flags".to_owned()
+                    } else {
+                        "not triggered: healthy only".to_owned()
+                    },
+                )),
+            ));
+        }
+        Ok(rows)
+    }
+    .await;
+    server.shutdown().await;
+    result
+}
+
+/// A `gangway server` child process with a persistent instance and a session instance; kill -9
+/// and start again on the same ports and data directory: time until the persistent instance is
+/// listed and until the session has re-registered its instance.
+async fn registry_restart(s: &Settings) -> anyhow::Result<Vec<Row>> {
+    let data = tempfile::tempdir().context("temporary data directory")?;
+    let (http_addr, grpc_addr) = (free_port().await?, free_port().await?);
+    let server_args: Vec<String> = vec![
+        "server".into(),
+        "--http".into(),
+        http_addr.to_string(),
+        "--grpc".into(),
+        grpc_addr.to_string(),
+        "--data-dir".into(),
+        data.path().display().to_string(),
+        "--keepalive-interval".into(),
+        format!("{}ms", s.keepalive_interval.as_millis()),
+        "--keepalive-timeout".into(),
+        format!("{}ms", s.keepalive_timeout.as_millis()),
+        "--log".into(),
+        "error".into(),
+    ];
+    let http = reqwest::Client::new();
+    let up = |http: reqwest::Client| async move {
+        wait_until(Duration::from_secs(15), || {
+            let http = http.clone();
+            async move { list(&http, http_addr, "x", false).await.is_ok() }
+        })
+        .await
+    };
+    let mut server = Proc::spawn(&s.exe, &server_args)?;
+    let mut instance = None;
+    let probed = TcpListener::bind("127.0.0.1:0").await?;
+    let probed_addr = probed.local_addr()?.to_string();
+    let accept = listen(probed);
+    let result = async {
+        up(http.clone()).await.context("gangway server did not start")?;
+        register(
+            &http,
+            http_addr,
+            "stock",
+            json!({"ip": "127.0.0.1", "port": probed_addr.rsplit(':').next().unwrap_or("0").parse::<u16>()?,
+                   "ephemeral": false, "probe": {"kind": "tcp"}}),
+        )
+        .await?;
+        let mut p = Proc::spawn(
+            &s.exe,
+            &[
+                "demo-service".into(),
+                "--registry".into(),
+                grpc_addr.to_string(),
+                "--service".into(),
+                "orders".into(),
+            ],
+        )?;
+        let ready = p.line("ready ", STARTUP).await?;
+        let session_addr = field(&ready, "addr").context("ready line without addr=")?;
+        instance = Some(p);
+        let listed = |service: &'static str, addr: String, all: bool| {
+            let http = http.clone();
+            async move {
+                wait_until(Duration::from_secs(60), || {
+                    let (http, addr) = (http.clone(), addr.clone());
+                    async move {
+                        list(&http, http_addr, service, all)
+                            .await
+                            .map(|v| find(v["instances"].as_array().map_or(&[][..], |a| a), &addr).is_some())
+                            .unwrap_or(false)
+                    }
+                })
+                .await
+            }
+        };
+        listed("orders", session_addr.clone(), true)
+            .await
+            .context("the session instance was never listed")?;
+        server.kill().await;
+        let restart = Instant::now();
+        server = Proc::spawn(&s.exe, &server_args)?;
+        let (persistent, session, session_view) = tokio::join!(
+            listed("stock", probed_addr.clone(), true),
+            listed("orders", session_addr.clone(), true),
+            listed("orders", session_addr.clone(), false),
+        );
+        let _ = restart;
+        let show = |d: Option<Duration>| d.map_or("not within 60 s".to_owned(), secs);
+        Ok(vec![
+            row(
+                "registry restart (kill -9, start on the same ports and data dir): persistent instance",
+                "-",
+                Ok((
+                    format!("listed after {}", show(persistent)),
+                    "read from the store at start".to_owned(),
+                )),
+            ),
+            row(
+                "registry restart: session instance re-registered",
+                "14 s",
+                Ok((
+                    format!("listed after {}", show(session)),
+                    format!(
+                        "in the consumer view (GET) after {}",
+                        show(session_view)
+                    ),
+                )),
+            ),
+        ])
+    }
+    .await;
+    accept.abort();
+    if let Some(mut p) = instance {
+        p.kill().await;
+    }
+    server.kill().await;
+    result
+}
+
+async fn free_port() -> anyhow::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").await?;
+    Ok(l.local_addr()?)
 }

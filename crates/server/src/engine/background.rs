@@ -87,7 +87,8 @@ impl Registry {
         let mut state = self.lock();
         let before = state.subscribers.len();
         state.subscribers.retain(|_, s| {
-            s.info.kind != super::SubscriberKind::Poller || s.last_seen.elapsed() < expiry
+            s.info.kind != super::SubscriberKind::Poller
+                || s.last_seen.elapsed() < s.expiry.unwrap_or(expiry)
         });
         let left = before != state.subscribers.len();
         drop(state);

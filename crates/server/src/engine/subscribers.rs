@@ -48,6 +48,9 @@ pub(crate) struct Subscriber {
     pub(crate) pushed_revision: u64,
     pub(crate) pushed_at: Option<Instant>,
     pub(crate) last_seen: Instant,
+    /// Pollers only: forgotten after this long without a poll (`None`: the server's
+    /// `poller_expiry`).
+    pub(crate) expiry: Option<std::time::Duration>,
 }
 
 /// One row of `GET /v1/services/{service}/subscribers`.
@@ -104,6 +107,7 @@ impl Registry {
                 pushed_revision: 0,
                 pushed_at: None,
                 last_seen: Instant::now(),
+                expiry: None,
             },
         );
         Ok((id, rx))
@@ -166,6 +170,19 @@ impl Registry {
         poller: &str,
         address: String,
     ) -> Result<gangway_core::View, ApiError> {
+        self.poll_expiring(service, poller, address, None)
+    }
+
+    /// [`Registry::poll`] for a poller with its own expiry (forgotten after `expiry` without a
+    /// poll; `None`: the server's `poller_expiry`). Nacos v1 clients poll every `cacheMillis`
+    /// and expire after three missed polls.
+    pub fn poll_expiring(
+        &self,
+        service: &ServiceKey,
+        poller: &str,
+        address: String,
+        expiry: Option<std::time::Duration>,
+    ) -> Result<gangway_core::View, ApiError> {
         gangway_core::validate::name("subscriber", poller)?;
         let id = format!("p-{poller}");
         let view = self.view(service);
@@ -189,8 +206,10 @@ impl Registry {
                     pushed_revision: 0,
                     pushed_at: None,
                     last_seen: now,
+                    expiry,
                 });
             sub.last_seen = now;
+            sub.expiry = expiry;
             sub.info.address = address;
             sub.pushed_revision = view.revision;
         }

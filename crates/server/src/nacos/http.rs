@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -27,6 +28,8 @@ use super::{CLIENT_NAME_PREFIX, Nacos};
 use crate::engine::{LivenessRequest, Patch};
 use crate::error::ApiError;
 
+/// A v1 poller that missed this many polls (of `cacheMillis` each) is forgotten: 30 s.
+pub const POLLER_EXPIRY_POLLS: u64 = 3;
 /// Nacos's beat result code: OK.
 pub const BEAT_OK: u32 = 10200;
 /// Nacos's beat result code: unknown instance and no beat body (the client re-registers).
@@ -561,7 +564,10 @@ fn register_poller(
         "{CLIENT_NAME_PREFIX}-v1-{:016x}",
         fnv1a(&format!("{service}|{identity}"))
     );
-    nacos.registry().poll(service, &name, identity)?;
+    let expiry = Duration::from_millis(POLLER_EXPIRY_POLLS * super::model::CACHE_MILLIS);
+    nacos
+        .registry()
+        .poll_expiring(service, &name, identity, Some(expiry))?;
     Ok(())
 }
 

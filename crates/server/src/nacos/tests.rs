@@ -649,3 +649,25 @@ async fn drain_of_the_last_instance_notes_the_nacos_empty_list_quirk() {
         last.notes
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn v1_pollers_are_forgotten_after_three_missed_polls() {
+    let app = app();
+    let key = ServiceKey::named("orders");
+    app.list("serviceName=orders&clientIP=10.1.1.1&udpPort=5555")
+        .await;
+    app.registry
+        .poll(&key, "native", "10.2.2.2:1".into())
+        .unwrap();
+    assert_eq!(app.registry.subscribers(&key).len(), 2);
+    // 3 x cacheMillis (30 s) plus the housekeeping period: the Nacos poller is gone, the
+    // native one (server default, 90 s) is not.
+    tokio::time::sleep(Duration::from_secs(36)).await;
+    let ids: Vec<String> = app
+        .registry
+        .subscribers(&key)
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(ids, ["p-native"]);
+}

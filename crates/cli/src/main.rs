@@ -92,6 +92,8 @@ enum Command {
     Drain(drain::DrainArgs),
     /// Show a service's subscribers and the revision each has acked.
     Subscribers(list::SubscribersArgs),
+    /// Benchmark gangway side by side with rnacos and etcd (docs/benchmarks.md).
+    Bench(gangway_bench::BenchPassthrough),
 }
 
 fn main() -> ExitCode {
@@ -155,6 +157,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
+        Command::Bench(a) => {
+            let a = match a.parse() {
+                Ok(a) => a,
+                Err(e) => return Ok(usage_error(e)),
+            };
+            return gangway_bench::run(a).await.map(|_| ExitCode::from(EXIT_OK));
+        }
         Command::DemoClient(a) => {
             let report = demo::client::run(a).await?;
             return Ok(ExitCode::from(if report.failed == 0 {
@@ -190,7 +199,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Demo(_)
         | Command::DemoService(_)
         | Command::DemoClient(_)
-        | Command::Lab(_) => {
+        | Command::Lab(_)
+        | Command::Bench(_) => {
             unreachable!("handled above")
         }
     };

@@ -1,0 +1,206 @@
+//! The Nacos 2.x SDK gRPC protocol: `Payload`s with a JSON body named by `metadata.type`. One
+//! [`NacosConn`] is one connection as a Nacos SDK opens it: server check, the bi-stream with
+//! `ConnectionSetupRequest`, then unary requests; pushes (`NotifySubscriberRequest`) arrive on the
+//! stream and are answered (gangway records that answer as the subscriber's ack).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use gangway_proto::nacos as pb;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use super::{GROUP, NAMESPACE};
+
+/// Called with the `serviceInfo` of every push, before it is answered.
+pub type PushHandler = Arc<dyn Fn(&Value) + Send + Sync>;
+
+/// One Nacos SDK connection. Dropping it closes the stream (the server then drops the
+/// connection's instances and subscriptions).
+pub struct NacosConn {
+    channel: Channel,
+    _tx: mpsc::Sender<pb::Payload>,
+    next: AtomicU64,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// A payload of type `ty` with `body` as JSON.
+pub fn payload(ty: &str, body: &Value) -> pb::Payload {
+    pb::Payload {
+        metadata: Some(pb::Metadata {
+            r#type: ty.to_owned(),
+            client_ip: "127.0.0.1".into(),
+            headers: HashMap::new(),
+        }),
+        body: Some(pb::Any {
+            type_url: String::new(),
+            value: serde_json::to_vec(body).unwrap_or_default(),
+        }),
+    }
+}
+
+fn decode(p: &pb::Payload) -> (String, Value) {
+    let ty = p
+        .metadata
+        .as_ref()
+        .map(|m| m.r#type.clone())
+        .unwrap_or_default();
+    let body = p
+        .body
+        .as_ref()
+        .and_then(|b| serde_json::from_slice(&b.value).ok())
+        .unwrap_or(Value::Null);
+    (ty, body)
+}
+
+impl NacosConn {
+    /// Connects to a Nacos gRPC port as an SDK does and waits until the server accepts requests
+    /// on the connection (at most 10 s).
+    pub async fn connect(addr: SocketAddr, on_push: Option<PushHandler>) -> anyhow::Result<Self> {
+        let channel = super::channel(addr).await?;
+        let check = pb::request_client::RequestClient::new(channel.clone())
+            .request(payload(
+                "ServerCheckRequest",
+                &json!({"requestId": "0", "headers": {}}),
+            ))
+            .await
+            .context("ServerCheckRequest")?
+            .into_inner();
+        let (ty, _) = decode(&check);
+        if ty != "ServerCheckResponse" {
+            bail!("server check answered {ty}");
+        }
+        let (tx, rx) = mpsc::channel(256);
+        tx.send(payload(
+            "ConnectionSetupRequest",
+            &json!({"clientVersion": "Nacos-Rust-Client:v0.8.3", "tenant": "",
+                    "labels": {"module": "naming", "source": "sdk"}, "abilityTable": {},
+                    "headers": {}, "requestId": ""}),
+        ))
+        .await?;
+        let mut inbound = pb::bi_request_stream_client::BiRequestStreamClient::new(channel.clone())
+            .request_bi_stream(ReceiverStream::new(rx))
+            .await
+            .context("opening the bi-stream")?
+            .into_inner();
+        let reader = {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(msg)) = inbound.message().await {
+                    let (ty, body) = decode(&msg);
+                    let answer = match ty.as_str() {
+                        "NotifySubscriberRequest" => {
+                            if let Some(h) = &on_push {
+                                h(&body["serviceInfo"]);
+                            }
+                            "NotifySubscriberResponse"
+                        }
+                        "ClientDetectionRequest" => "ClientDetectionResponse",
+                        "SetupAckRequest" => "SetupAckResponse",
+                        _ => continue,
+                    };
+                    let reply = json!({"requestId": body["requestId"], "resultCode": 200,
+                                       "errorCode": 0, "success": true});
+                    if tx.send(payload(answer, &reply)).await.is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        let conn = NacosConn {
+            channel,
+            _tx: tx,
+            next: AtomicU64::new(1),
+            reader,
+        };
+        // Servers answer 301 until the stream's setup is registered (Nacos SDKs retry too).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match conn.request("HealthCheckRequest", json!({})).await {
+                Ok(_) => return Ok(conn),
+                Err(e) if Instant::now() > deadline => return Err(e.context("connection setup")),
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    /// Sends a unary request; `body` gets a fresh `requestId`. Fails unless `resultCode` is 200.
+    pub async fn request(&self, ty: &str, mut body: Value) -> anyhow::Result<Value> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        body["requestId"] = Value::String(id.to_string());
+        if body.get("headers").is_none() {
+            body["headers"] = json!({});
+        }
+        let reply = pb::request_client::RequestClient::new(self.channel.clone())
+            .request(payload(ty, &body))
+            .await?
+            .into_inner();
+        let (rty, v) = decode(&reply);
+        if v["resultCode"] != 200 || rty == "ErrorResponse" {
+            bail!("{ty} answered {rty}: {} {}", v["errorCode"], v["message"]);
+        }
+        Ok(v)
+    }
+
+    fn instance_request(kind: &str, svc: &str, ip: &str, port: u16) -> Value {
+        json!({"namespace": NAMESPACE, "serviceName": svc, "groupName": GROUP, "type": kind,
+               "instance": {"ip": ip, "port": port, "weight": 1.0, "healthy": true,
+                            "enabled": true, "ephemeral": true, "clusterName": "DEFAULT",
+                            "serviceName": format!("{GROUP}@@{svc}"), "metadata": {}}})
+    }
+
+    /// Registers an ephemeral instance bound to this connection. (In Nacos a second instance of
+    /// the same service on one connection replaces the first.)
+    pub async fn register(&self, svc: &str, ip: &str, port: u16) -> anyhow::Result<()> {
+        self.request(
+            "InstanceRequest",
+            Self::instance_request("registerInstance", svc, ip, port),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Deregisters an instance of this connection.
+    pub async fn deregister(&self, svc: &str, ip: &str, port: u16) -> anyhow::Result<()> {
+        self.request(
+            "InstanceRequest",
+            Self::instance_request("deregisterInstance", svc, ip, port),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Subscribes the connection to `svc`; returns the `serviceInfo` of the answer. Pushes go to
+    /// the handler given to [`NacosConn::connect`].
+    pub async fn subscribe(&self, svc: &str) -> anyhow::Result<Value> {
+        let v = self
+            .request(
+                "SubscribeServiceRequest",
+                json!({"namespace": NAMESPACE, "serviceName": svc, "groupName": GROUP,
+                       "subscribe": true, "clusters": ""}),
+            )
+            .await?;
+        Ok(v["serviceInfo"].clone())
+    }
+}
+
+impl Drop for NacosConn {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// The ports of the instances a Nacos `serviceInfo` lists.
+pub fn host_ports(service_info: &Value) -> impl Iterator<Item = u64> + '_ {
+    service_info["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| h["port"].as_u64())
+}

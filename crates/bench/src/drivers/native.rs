@@ -1,0 +1,174 @@
+//! gangway's native gRPC session protocol with raw `gangway_proto` messages: one `Session`
+//! stream per [`Session`], requests correlated by id so several can be in flight, snapshots handed
+//! to a callback and acked at once (the ack is what a drain waits for).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context as _, bail};
+use gangway_proto::v1 as pb;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use super::{GROUP, NAMESPACE};
+
+/// Called with every pushed snapshot, before it is acked.
+pub type SnapshotHandler = Arc<dyn Fn(&pb::Snapshot) + Send + Sync>;
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<pb::Reply>>>>;
+
+/// One gangway session (a `Registry/Session` stream). Dropping it ends the stream, and the
+/// registry removes the session's instances.
+pub struct Session {
+    tx: mpsc::Sender<pb::ClientMessage>,
+    pending: Pending,
+    next: AtomicU64,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// The key of service `name` in the bench's namespace and group.
+pub fn service(name: &str) -> pb::ServiceKey {
+    pb::ServiceKey {
+        namespace: NAMESPACE.into(),
+        group: GROUP.into(),
+        service: name.into(),
+    }
+}
+
+impl Session {
+    /// Opens a session on `channel` (several sessions may share one channel) and waits for the
+    /// server's `Welcome`. `on_snapshot` sees every pushed snapshot; each is then acked.
+    pub async fn open(
+        channel: Channel,
+        name: &str,
+        on_snapshot: Option<SnapshotHandler>,
+    ) -> anyhow::Result<Session> {
+        let (tx, rx) = mpsc::channel(1024);
+        tx.send(pb::ClientMessage {
+            request_id: 0,
+            kind: Some(pb::client_message::Kind::Hello(pb::Hello {
+                client_name: name.into(),
+            })),
+        })
+        .await?;
+        let mut inbound = pb::registry_client::RegistryClient::new(channel)
+            .session(ReceiverStream::new(rx))
+            .await
+            .context("opening a session")?
+            .into_inner();
+        match inbound.message().await? {
+            Some(pb::ServerMessage {
+                kind: Some(pb::server_message::Kind::Welcome(_)),
+            }) => {}
+            other => bail!("expected Welcome, got {other:?}"),
+        }
+        let pending: Pending = Arc::default();
+        let reader = {
+            let pending = pending.clone();
+            let ack_tx = tx.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(msg)) = inbound.message().await {
+                    match msg.kind {
+                        Some(pb::server_message::Kind::Reply(reply)) => {
+                            let waiter = pending.lock().unwrap().remove(&reply.request_id);
+                            if let Some(w) = waiter {
+                                let _ = w.send(reply);
+                            }
+                        }
+                        Some(pb::server_message::Kind::Snapshot(snap)) => {
+                            if let Some(h) = &on_snapshot {
+                                h(&snap);
+                            }
+                            let ack = pb::ClientMessage {
+                                request_id: 0,
+                                kind: Some(pb::client_message::Kind::Ack(pb::Ack {
+                                    service: snap.service.clone(),
+                                    revision: snap.revision,
+                                })),
+                            };
+                            if ack_tx.send(ack).await.is_err() {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                // Fail whoever still waits.
+                pending.lock().unwrap().clear();
+            })
+        };
+        Ok(Session {
+            tx,
+            pending,
+            next: AtomicU64::new(1),
+            reader,
+        })
+    }
+
+    async fn call(&self, kind: pb::client_message::Kind) -> anyhow::Result<pb::Reply> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (w, r) = oneshot::channel();
+        self.pending.lock().unwrap().insert(id, w);
+        self.tx
+            .send(pb::ClientMessage {
+                request_id: id,
+                kind: Some(kind),
+            })
+            .await
+            .context("session closed")?;
+        let reply = r.await.context("session closed before the reply")?;
+        if !reply.error_code.is_empty() {
+            bail!("{}: {}", reply.error_code, reply.error_message);
+        }
+        Ok(reply)
+    }
+
+    /// Registers an ephemeral instance bound to this session; returns the service revision.
+    pub async fn register(&self, svc: &str, ip: &str, port: u16) -> anyhow::Result<u64> {
+        let reply = self
+            .call(pb::client_message::Kind::Register(pb::Register {
+                service: Some(service(svc)),
+                instance: Some(pb::InstanceKey {
+                    ip: ip.into(),
+                    port: port.into(),
+                    cluster: String::new(),
+                }),
+                weight: None,
+                metadata: HashMap::new(),
+            }))
+            .await?;
+        Ok(reply.revision)
+    }
+
+    /// Deregisters one of this session's instances.
+    pub async fn deregister(&self, svc: &str, ip: &str, port: u16) -> anyhow::Result<u64> {
+        let reply = self
+            .call(pb::client_message::Kind::Deregister(pb::Deregister {
+                service: Some(service(svc)),
+                instance: Some(pb::InstanceKey {
+                    ip: ip.into(),
+                    port: port.into(),
+                    cluster: String::new(),
+                }),
+            }))
+            .await?;
+        Ok(reply.revision)
+    }
+
+    /// Subscribes to `svc`; snapshots then arrive at the handler given to [`Session::open`].
+    pub async fn subscribe(&self, svc: &str) -> anyhow::Result<()> {
+        self.call(pb::client_message::Kind::Subscribe(pb::Subscribe {
+            service: Some(service(svc)),
+        }))
+        .await?;
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}

@@ -1,0 +1,359 @@
+//! The systems under test and their server processes: each is started on free loopback ports with
+//! a temporary data directory, waited on until it answers, measured through `/proc`, and stopped
+//! (SIGTERM, then SIGKILL) afterwards. Dropping a [`Server`] kills its process too.
+
+use std::fmt;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::Serialize;
+use tokio::process::{Child, Command};
+
+use crate::stats;
+
+/// A registry the bench can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum System {
+    /// This project's `gangway server`.
+    Gangway,
+    /// rnacos, a Nacos server in Rust (`cargo install rnacos`).
+    Rnacos,
+    /// etcd 3.4 (Debian's `etcd-server`), used the usual way: lease per instance, prefix watch.
+    Etcd,
+}
+
+impl System {
+    /// Every system, gangway first.
+    pub const ALL: [System; 3] = [System::Gangway, System::Rnacos, System::Etcd];
+
+    /// The lowercase name used in `--peers` and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Gangway => "gangway",
+            System::Rnacos => "rnacos",
+            System::Etcd => "etcd",
+        }
+    }
+}
+
+impl fmt::Display for System {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for System {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "gangway" => Ok(System::Gangway),
+            "rnacos" => Ok(System::Rnacos),
+            "etcd" => Ok(System::Etcd),
+            other => Err(format!("unknown system {other:?}: gangway, rnacos or etcd")),
+        }
+    }
+}
+
+/// Where the server binaries are.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// The `gangway` binary (by default the running one).
+    pub gangway: PathBuf,
+    /// `rnacos` (PATH, then `~/.cargo/bin`).
+    pub rnacos: PathBuf,
+    /// `etcd`.
+    pub etcd: PathBuf,
+}
+
+impl Binaries {
+    /// The binary for `system`, or `None` when it cannot be found.
+    pub fn find(&self, system: System) -> Option<PathBuf> {
+        let p = match system {
+            System::Gangway => &self.gangway,
+            System::Rnacos => &self.rnacos,
+            System::Etcd => &self.etcd,
+        };
+        resolve(p)
+    }
+
+    /// The version string a binary reports, best effort.
+    pub fn version(&self, system: System) -> String {
+        let Some(bin) = self.find(system) else {
+            return "not installed".into();
+        };
+        let arg = if system == System::Etcd {
+            "--version"
+        } else {
+            "-V"
+        };
+        let out = std::process::Command::new(bin)
+            .arg(arg)
+            .stdin(Stdio::null())
+            .output();
+        match out {
+            Ok(o) => String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned(),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+fn resolve(p: &std::path::Path) -> Option<PathBuf> {
+    if p.components().count() > 1 {
+        return p.is_file().then(|| p.to_owned());
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".cargo/bin"));
+    }
+    dirs.into_iter().map(|d| d.join(p)).find(|c| c.is_file())
+}
+
+/// A running server of one system.
+#[derive(Debug)]
+pub struct Server {
+    /// Which system.
+    pub system: System,
+    /// HTTP address (gangway REST + Nacos v1, rnacos Nacos v1, etcd client URL + JSON gateway).
+    pub http: SocketAddr,
+    /// gRPC address (gangway sessions + Nacos v2, rnacos Nacos v2); etcd: same as `http`.
+    pub grpc: SocketAddr,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+/// A free loopback port (bound, then released; the server binds it right after).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+impl Server {
+    /// Starts `system` on fresh loopback ports with an empty data directory and waits until its
+    /// HTTP port answers (at most 30 s).
+    pub async fn start(system: System, bins: &Binaries) -> anyhow::Result<Server> {
+        let bin = bins
+            .find(system)
+            .with_context(|| format!("{system} is not installed (see docs/benchmarks.md)"))?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("gangway-bench-{system}-"))
+            .tempdir()?;
+        let log = dir.path().join("server.log");
+        let logfile = std::fs::File::create(&log)?;
+        let data = dir.path().join("data");
+        let mut cmd = Command::new(&bin);
+        let (http, grpc);
+        match system {
+            System::Gangway => {
+                http = loopback(free_port()?);
+                grpc = loopback(free_port()?);
+                // No warm-up: nothing re-registers after a fresh start, and pushes should flow
+                // at once.
+                cmd.arg("server")
+                    .arg("--http")
+                    .arg(http.to_string())
+                    .arg("--grpc")
+                    .arg(grpc.to_string())
+                    .arg("--data-dir")
+                    .arg(&data)
+                    .args(["--warmup", "0s", "--log", "warn"]);
+            }
+            System::Rnacos => {
+                // rnacos puts gRPC at HTTP + 1000 unless told; pick both explicitly.
+                http = loopback(free_port()?);
+                grpc = loopback(free_port()?);
+                cmd.env("RNACOS_HTTP_PORT", http.port().to_string())
+                    .env("RNACOS_GRPC_PORT", grpc.port().to_string())
+                    .env("RNACOS_HTTP_CONSOLE_PORT", free_port()?.to_string())
+                    .env("RNACOS_SDK_HOST", "127.0.0.1")
+                    .env("RNACOS_CONSOLE_HOST", "127.0.0.1")
+                    .env("RNACOS_DATA_DIR", &data)
+                    .env("RNACOS_ENABLE_NO_AUTH_CONSOLE", "false")
+                    // rnacos logs every request at info.
+                    .env("RUST_LOG", "warn")
+                    // Its .env lookup walks up from the working directory: start in the temp dir.
+                    .current_dir(dir.path());
+            }
+            System::Etcd => {
+                http = loopback(free_port()?);
+                grpc = http;
+                let peer = format!("http://127.0.0.1:{}", free_port()?);
+                let client = format!("http://{http}");
+                cmd.args(["--name", "bench", "--data-dir"])
+                    .arg(&data)
+                    .args(["--listen-client-urls", &client])
+                    .args(["--advertise-client-urls", &client])
+                    .args(["--listen-peer-urls", &peer])
+                    .args(["--initial-advertise-peer-urls", &peer])
+                    .args(["--initial-cluster", &format!("bench={peer}")])
+                    .args(["--log-level", "warn", "--logger", "zap"])
+                    // 8 GiB backend quota: the scale workload writes 100k keys.
+                    .args(["--quota-backend-bytes", "8589934592"]);
+            }
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(logfile.try_clone()?)
+            .stderr(logfile)
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut server = Server {
+            system,
+            http,
+            grpc,
+            child: Some(child),
+            _dir: dir,
+            log,
+        };
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let path = match self.system {
+            System::Gangway => "/v1/health",
+            System::Rnacos => "/nacos/v1/console/health/readiness",
+            System::Etcd => "/health",
+        };
+        let url = format!("http://{}{path}", self.http);
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let exited = match self.child.as_mut() {
+                Some(child) => child.try_wait().ok().flatten(),
+                None => None,
+            };
+            if let Some(status) = exited {
+                bail!(
+                    "{} exited at start ({status}); its log:\n{}",
+                    self.system,
+                    self.log_tail()
+                );
+            }
+            let answered = client
+                .get(&url)
+                .timeout(Duration::from_secs(1))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            // rnacos answers HTTP before its gRPC port is up; wait for that too.
+            if answered && tokio::net::TcpStream::connect(self.grpc).await.is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not answer {url} within 30 s; its log:\n{}",
+                    self.system,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The last lines of the server's log (for error messages).
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().and_then(Child::id).unwrap_or(0)
+    }
+
+    /// CPU time the server has used so far (zero when unreadable).
+    pub fn cpu(&self) -> Duration {
+        stats::cpu_time(self.pid()).unwrap_or_default()
+    }
+
+    /// The server's resident set size in bytes (0 when unreadable).
+    pub fn rss(&self) -> u64 {
+        stats::rss_bytes(self.pid()).unwrap_or(0)
+    }
+
+    /// Stops the server: SIGTERM, then SIGKILL after 5 s.
+    pub async fn stop(mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = child.id() {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+            }
+            if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+/// CPU used by the client (this process) and the server over one measured phase.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuMeter {
+    client: Duration,
+    server: Duration,
+    pid: u32,
+    start: Instant,
+}
+
+/// The CPU seconds of one phase, and the wall time it took.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CpuUse {
+    /// Load generator (this process) CPU seconds.
+    pub client_s: f64,
+    /// Server CPU seconds.
+    pub server_s: f64,
+    /// Wall seconds of the phase.
+    pub wall_s: f64,
+}
+
+impl CpuMeter {
+    /// Starts measuring this process and `server`.
+    pub fn start(server: &Server) -> Self {
+        CpuMeter {
+            client: stats::own_cpu_time().unwrap_or_default(),
+            server: server.cpu(),
+            pid: server.pid(),
+            start: Instant::now(),
+        }
+    }
+
+    /// CPU used since [`CpuMeter::start`].
+    pub fn stop(&self) -> CpuUse {
+        let client = stats::own_cpu_time().unwrap_or_default();
+        let server = stats::cpu_time(self.pid).unwrap_or_default();
+        CpuUse {
+            client_s: client.saturating_sub(self.client).as_secs_f64(),
+            server_s: server.saturating_sub(self.server).as_secs_f64(),
+            wall_s: self.start.elapsed().as_secs_f64(),
+        }
+    }
+}

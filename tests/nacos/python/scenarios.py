@@ -40,11 +40,12 @@ def fail(msg):
     sys.exit(1)
 
 
-async def client(addr):
+async def client(addr, namespace=""):
     scratch = os.environ.get("NACOS_SCRATCH") or tempfile.mkdtemp(prefix="nacos-py-")
     cfg = (
         ClientConfigBuilder()
         .server_address(addr)
+        .namespace_id(namespace)
         .log_level("WARNING")
         .log_dir(os.path.join(scratch, "logs"))
         .cache_dir(os.path.join(scratch, f"cache-{os.getpid()}-{time.monotonic_ns()}"))
@@ -138,6 +139,22 @@ async def basic(addr, service):
     await a.deregister_instance(
         DeregisterInstanceParam(service_name=persistent, ip="10.2.0.9", port=8009, ephemeral=False)
     )
+    # Namespaces and groups are part of the service identity.
+    e = await client(addr, namespace="dev")
+    await e.register_instance(reg(service, "10.2.0.7", 8007, group_name="G1"))
+    f = await client(addr, namespace="dev")
+    got = await f.list_instances(
+        ListInstanceParam(service_name=service, group_name="G1", subscribe=False, healthy_only=None)
+    )
+    if sorted(f"{i.ip}:{i.port}" for i in got) != ["10.2.0.7:8007"]:
+        fail(f"namespace dev, group G1: {got}")
+    got, _ = await addrs(c, service)
+    if "10.2.0.7:8007" in got:
+        fail(f"an instance of namespace dev / group G1 leaked into public / DEFAULT_GROUP: {got}")
+    say("ok namespace dev / group G1 is a separate service")
+    await e.shutdown()
+    await f.shutdown()
+
     # The SDK ignores an empty list (update_cache_when_empty=False): ask a fresh client.
     d = await client(addr)
     got, _ = await addrs(d, persistent)

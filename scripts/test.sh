@@ -54,3 +54,16 @@ CARGO_TARGET_DIR=target/nacos-rust cargo build --quiet --locked --manifest-path 
 
 echo "== Nacos clients: scenarios"
 "$nacos/python/.venv/bin/python" "$nacos/run.py"
+
+# ---------------------------------------------------------------------------------------------
+# Benchmarks (issue 6): `gangway bench all --quick` against real servers, so the harness never
+# rots; --strict fails the run when a row cannot be measured. No speed is asserted: the figures
+# and targets live in docs/benchmarks.md. The quick run covers gangway and etcd (Debian's
+# etcd-server 3.4 installs in seconds); rnacos (`cargo install rnacos --locked`, a long compile)
+# is measured in the full run only.
+# ---------------------------------------------------------------------------------------------
+echo "== bench: quick run (gangway, etcd)"
+if ! command -v etcd >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null
+fi
+target/debug/gangway bench all --quick --strict --peers gangway,etcd --json target/bench-quick.json

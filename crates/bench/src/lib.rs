@@ -113,6 +113,10 @@ pub struct BenchArgs {
     /// Target of gangway's largest-session-count probe.
     #[arg(long)]
     pub max_sessions: Option<usize>,
+    /// Fail (after printing every table) when a row of an installed system could not be
+    /// measured; CI runs the quick bench with it so the harness never rots.
+    #[arg(long)]
+    pub strict: bool,
     /// The gangway binary to start as the server (default: this one).
     #[arg(long, value_name = "PATH")]
     pub gangway_bin: Option<PathBuf>,
@@ -216,6 +220,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<report::Report> {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
         println!("raw numbers written to {}", path.display());
+    }
+    let failed = report.failures();
+    if args.strict && !failed.is_empty() {
+        anyhow::bail!(
+            "{} rows could not be measured: {}",
+            failed.len(),
+            failed.join("; ")
+        );
     }
     Ok(report)
 }

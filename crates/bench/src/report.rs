@@ -178,6 +178,22 @@ pub struct Report {
     pub tables: Vec<Table>,
 }
 
+impl Report {
+    /// `workload/system/driver: note` for every row that could not be measured (no value at
+    /// all), except systems that are not installed.
+    pub fn failures(&self) -> Vec<String> {
+        self.tables
+            .iter()
+            .flat_map(|t| t.rows.iter().map(move |r| (t, r)))
+            .filter(|(_, r)| {
+                (r.note.starts_with("failed") || r.values.iter().all(Option::is_none))
+                    && !r.note.contains("not installed")
+            })
+            .map(|(t, r)| format!("{}/{}/{}: {}", t.workload, r.system, r.driver, r.note))
+            .collect()
+    }
+}
+
 /// Now, as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc_now() -> String {
     let secs = std::time::SystemTime::now()

@@ -40,21 +40,24 @@ pub struct Params {
     pub sessions: usize,
     /// Target of the largest-session-count probe (gangway only).
     pub max_sessions: usize,
+    /// Pause before each RSS reading, so the server's allocator settles.
+    pub settle: Duration,
 }
 
 impl Params {
     /// The `--quick` sizes: `gangway bench all --quick` stays under a minute.
     pub fn quick() -> Self {
         Params {
-            duration: Duration::from_secs(2),
+            duration: Duration::from_secs(1),
             concurrency: 32,
             open_rate: 1000.0,
-            open_duration: Duration::from_secs(1),
+            open_duration: Duration::from_millis(500),
             fanout_sizes: vec![100],
             fanout_changes: 10,
-            churn: 200,
-            sessions: 1000,
-            max_sessions: 2000,
+            churn: 50,
+            sessions: 200,
+            max_sessions: 1000,
+            settle: Duration::from_millis(300),
         }
     }
 
@@ -70,6 +73,7 @@ impl Params {
             churn: 1000,
             sessions: 10_000,
             max_sessions: 100_000,
+            settle: Duration::from_millis(1500),
         }
     }
 }
@@ -1111,18 +1115,13 @@ async fn churn(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
 
 const MB: f64 = 1024.0 * 1024.0;
 
-/// Lets the server's allocator settle before an RSS reading.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-}
-
 async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<Row>> {
     if driver == "max-sessions" {
         return max_sessions(ctx, server).await;
     }
     let s = ctx.params.sessions;
     let per = 10usize;
-    settle().await;
+    tokio::time::sleep(ctx.params.settle).await;
     let rss0 = server.rss();
     let meter = CpuMeter::start(server);
     let svc = |j: usize| format!("bench-scale-{j}");
@@ -1130,7 +1129,7 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
     let (rss1, rss2, _held): (u64, u64, Box<dyn std::any::Any + Send>) = match driver {
         "native-grpc" => {
             let sessions = native_sessions(server, s, "sessions").await?;
-            settle().await;
+            tokio::time::sleep(ctx.params.settle).await;
             let rss1 = server.rss();
             load::for_each(s, 128, "instances (10 per session)", |i| {
                 let sess = sessions[i].clone();
@@ -1143,12 +1142,12 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
                 }
             })
             .await?;
-            settle().await;
+            tokio::time::sleep(ctx.params.settle).await;
             (rss1, server.rss(), Box::new(sessions))
         }
         "nacos-grpc" => {
             let conns = nacos_conns(server, s, "connections").await?;
-            settle().await;
+            tokio::time::sleep(ctx.params.settle).await;
             let rss1 = server.rss();
             load::for_each(s, 128, "instances (10 per connection)", |i| {
                 let c = conns[i].clone();
@@ -1161,7 +1160,7 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
                 }
             })
             .await?;
-            settle().await;
+            tokio::time::sleep(ctx.params.settle).await;
             (rss1, server.rss(), Box::new(conns))
         }
         "lease+put" => {
@@ -1171,7 +1170,7 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
                 async move { e.grant(3600).await }
             })
             .await?;
-            settle().await;
+            tokio::time::sleep(ctx.params.settle).await;
             let rss1 = server.rss();
             let leases = Arc::new(leases);
             load::for_each(s, 128, "keys (10 per lease)", |i| {
@@ -1191,7 +1190,7 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
                 }
             })
             .await?;
-            settle().await;
+            tokio::time::sleep(ctx.params.settle).await;
             (rss1, server.rss(), Box::new(()))
         }
         other => anyhow::bail!("no scale driver {other}"),
@@ -1223,7 +1222,7 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
 async fn max_sessions(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec<Row>> {
     const PER_CONNECTION: usize = 100;
     let target = ctx.params.max_sessions;
-    settle().await;
+    tokio::time::sleep(ctx.params.settle).await;
     let rss0 = server.rss();
     let meter = CpuMeter::start(server);
     let failures = Arc::new(AtomicUsize::new(0));
@@ -1273,7 +1272,7 @@ async fn max_sessions(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec<Row>> {
     .await?;
     let opened: usize = held.iter().map(Vec::len).sum();
     let took = start.elapsed();
-    settle().await;
+    tokio::time::sleep(ctx.params.settle).await;
     let rss1 = server.rss();
     let cpu = meter.stop();
     let mut note = format!(

@@ -134,13 +134,18 @@ pub fn write_svg(path: &Path, params: &Params, results: &Results) -> anyhow::Res
     let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
     let panels = root.split_evenly((ok.len(), 1));
-    let x_max = params.duration.as_secs_f64() + 0.2;
     let y_max = (params.timeout.as_secs_f64() * 1000.0 * 2.2).max(500.0);
     for (panel, r) in panels.iter().zip(ok) {
         let caption = format!(
             "{}: {} of {} failed, {} retried",
             r.label, r.failed, r.total, r.retried
         );
+        // Wide enough for a cache drop after the last send (a frozen instance, a long TTL).
+        let x_max = params
+            .duration
+            .as_secs_f64()
+            .max(r.cache_drop_ms.unwrap_or(0.0) / 1000.0)
+            + 0.2;
         let mut chart = ChartBuilder::on(panel)
             .caption(caption, ("sans-serif", 15))
             .margin(8)
@@ -157,10 +162,10 @@ pub fn write_svg(path: &Path, params: &Params, results: &Results) -> anyhow::Res
             .map_err(draw_err)?;
         let green = RGBColor(40, 160, 60);
         let orange = RGBColor(240, 150, 0);
-        for (color, pick) in [
-            (green, 0u8), // ok, first attempt
-            (orange, 1),  // ok after a retry
-            (RED, 2),     // failed
+        for (color, pick, name) in [
+            (green, 0u8, "ok"),
+            (orange, 1, "ok after a retry"),
+            (RED, 2, "failed"),
         ] {
             let points = r.load.requests.iter().filter(move |q| {
                 let class = if !q.ok {
@@ -180,7 +185,9 @@ pub fn write_svg(path: &Path, params: &Params, results: &Results) -> anyhow::Res
                         color.filled(),
                     )
                 }))
-                .map_err(draw_err)?;
+                .map_err(draw_err)?
+                .label(name)
+                .legend(move |(x, y)| Circle::new((x + 7, y), 3, color.filled()));
         }
         let vline = |x: f64| vec![(x, 0.0), (x, y_max)];
         chart
@@ -200,6 +207,7 @@ pub fn write_svg(path: &Path, params: &Params, results: &Results) -> anyhow::Res
         }
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()

@@ -70,3 +70,6 @@ pub use retry::{Attempts, Idempotent, Retry, RetryLayer};
 #[cfg(doctest)]
 #[doc = include_str!("../../../../docs/tower.md")]
 pub struct TowerDocs;
+
+#[cfg(test)]
+mod tests;

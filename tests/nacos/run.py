@@ -132,10 +132,11 @@ class Server:
 class Child:
     """A client process whose stdout lines are collected with their arrival time."""
 
-    def __init__(self, argv, cwd, env=None):
+    def __init__(self, argv, cwd, env=None, stdin=subprocess.DEVNULL):
         self.lines = []
         self.proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -370,8 +371,22 @@ def node_killed(server, scratch):
 def rust_sdk(server, scratch):
     """crates.io nacos-sdk (gRPC): subscribe, batch register, push, deregister, service list."""
     c = Child([RUST_DRIVER, server.addr, str(server.port + 1000), "rust-svc"], HERE,
-              dict(os.environ, HOME=scratch))
-    run_to_end(c, 90, "rust nacos-sdk")
+              dict(os.environ, HOME=scratch), stdin=subprocess.PIPE)
+    try:
+        c.wait_line(lambda l: l == "HOLD", timeout=60)
+        # The consumer's NotifySubscriberResponse acks reached the subscriber table.
+        _, body = server.get("/v1/services/rust-svc/subscribers")
+        table = json.loads(body)
+        subs = [s for s in table["subscribers"] if s["client_name"].startswith("nacos-grpc")]
+        check(len(subs) == 1, f"subscribers of rust-svc: {table}")
+        check(
+            subs[0]["acked_revision"] == table["revision"],
+            f"the Rust consumer acked {subs[0]['acked_revision']}, the service is at {table['revision']}",
+        )
+        print(f"    Rust consumer {subs[0]['id']} ({subs[0]['client_name']}) acked the current revision")
+    finally:
+        c.proc.stdin.close()
+    run_to_end(c, 30, "rust nacos-sdk")
 
 
 MALFORMED = [

@@ -4,7 +4,8 @@
 //! A consumer subscribes to SERVICE; a provider (a second client, so a second connection)
 //! registers two instances with one batch; the consumer must be pushed both; the provider
 //! deregisters one and the consumer must be pushed the list without it; the service list must
-//! hold SERVICE. Prints one line per step with the time it took; exits 1 on the first failure.
+//! hold SERVICE. Then prints HOLD and keeps both connections until stdin closes. Prints one line
+//! per step with the time it took; exits 1 on the first failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -148,6 +149,12 @@ async fn main() {
         Ok((names, _)) => fail(format!("service list {names:?} lacks {service}")),
         Err(e) => fail(format!("service list: {e:?}")),
     }
+    // Hold the connections until stdin closes, so the runner can read the subscriber table
+    // (the consumer's acks) while the consumer is still connected.
+    println!("HOLD");
+    let mut line = String::new();
+    let _ = tokio::task::spawn_blocking(move || std::io::stdin().read_line(&mut line)).await;
+    drop((consumer, provider));
     println!("PASS rust nacos-sdk 0.8.3");
     std::process::exit(0);
 }

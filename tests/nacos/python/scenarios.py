@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.request
 
 from v2.nacos import (
     ClientConfigBuilder,
@@ -139,6 +140,22 @@ async def basic(addr, service):
     await a.deregister_instance(
         DeregisterInstanceParam(service_name=persistent, ip="10.2.0.9", port=8009, ephemeral=False)
     )
+    def grpc_subscribers():
+        url = f"http://{addr}/v1/services/{service}/subscribers"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            subs = json.loads(r.read())["subscribers"]
+        return [x for x in subs if x["client_name"].startswith("nacos-grpc")]
+
+    if len(grpc_subscribers()) != 1:
+        fail(f"subscribers before unsubscribe: {grpc_subscribers()}")
+    await c.unsubscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+
+    async def unsubscribed():
+        return not grpc_subscribers()
+
+    await until(unsubscribed, "the subscriber to leave gangway's table after unsubscribe")
+    say("ok unsubscribe removes the subscriber from gangway's table")
+
     # Namespaces and groups are part of the service identity.
     e = await client(addr, namespace="dev")
     await e.register_instance(reg(service, "10.2.0.7", 8007, group_name="G1"))

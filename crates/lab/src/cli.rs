@@ -138,6 +138,14 @@ pub struct LabArgs {
     /// Longest drain wait.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub drain_timeout: Duration,
+    /// Classic consumer: its first poll after the registry dropped the instance comes this
+    /// fraction of R later (0 = at once, 0.5 = the mean of a random phase, 0.99 = just missed).
+    #[arg(long, default_value_t = 0.5, value_parser = parse_fraction, value_name = "0..1")]
+    pub poll_phase: f64,
+    /// Classic instance: its last heartbeat before the leave action comes this fraction of
+    /// TTL/3 before it (0 = just before: the longest lease left, 0.5 = the mean).
+    #[arg(long, default_value_t = 0.5, value_parser = parse_fraction, value_name = "0..1")]
+    pub heartbeat_phase: f64,
     /// Scenarios run at the same time (each with its own registry and ports).
     #[arg(long, default_value_t = 3)]
     pub concurrency: usize,
@@ -168,6 +176,8 @@ impl LabArgs {
         p.keepalive_interval = self.keepalive_interval;
         p.keepalive_timeout = self.keepalive_timeout;
         p.drain_timeout = self.drain_timeout;
+        p.poll_phase = self.poll_phase;
+        p.heartbeat_phase = self.heartbeat_phase;
         if self.quick {
             p.duration = Duration::from_secs(4);
             p.action_at = Duration::from_millis(1400);
@@ -267,6 +277,22 @@ pub async fn run(args: LabArgs, exe: PathBuf) -> anyhow::Result<bool> {
         println!("timelines: {}", path.display());
     }
     Ok(results.iter().all(|(_, r)| r.is_ok()))
+}
+
+/// Parses a fraction in 0..1 (1 excluded).
+///
+/// # Errors
+/// Not a number, or outside 0..1.
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number in 0..1, got {s:?}"))?;
+    if (0.0..1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("must be at least 0 and below 1, got {v}"))
+    }
 }
 
 /// Parses `500ms`, `2.8s`, `2m`, `1h`; a bare number is seconds.

@@ -13,6 +13,7 @@ use gangway_core::View;
 use gangway_core::model::ServiceKey;
 use nix::sys::signal::Signal;
 use serde::Serialize;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::load::{LoadReport, Schedule, ms, run_load_at};
@@ -108,6 +109,12 @@ pub struct Params {
     /// Longest drain wait (default 10 s).
     #[serde(serialize_with = "ser_ms")]
     pub drain_timeout: Duration,
+    /// Classic consumer: its first poll after the registry dropped the instance comes this
+    /// fraction of R after that moment (0..1, default 0.5: the mean over a random phase).
+    pub poll_phase: f64,
+    /// Classic instance: its last heartbeat before the leave action comes this fraction of
+    /// TTL/3 before it (0..1, default 0.5: the mean over a random phase).
+    pub heartbeat_phase: f64,
 }
 
 impl Params {
@@ -124,6 +131,8 @@ impl Params {
             keepalive_interval: Duration::from_secs(1),
             keepalive_timeout: Duration::from_secs(3),
             drain_timeout: Duration::from_secs(10),
+            poll_phase: 0.5,
+            heartbeat_phase: 0.5,
         }
     }
 
@@ -309,9 +318,10 @@ async fn measure(
     let key = ServiceKey::named(SERVICE);
     let mut client = None;
     let mut poller = None;
+    let (anchor_tx, anchor_rx) = watch::channel(None);
     let (http, mut views) = match scenario.mode {
         Mode::Classic { refresh, .. } => {
-            let (task, rx) = crate::classic::poller(http_addr, SERVICE, refresh);
+            let (task, rx) = crate::classic::poller(http_addr, SERVICE, refresh, anchor_rx);
             poller = Some(task);
             let http = HttpClient::from_views(vec![(key.clone(), rx.clone())], config)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -347,6 +357,30 @@ async fn measure(
     let target = procs.first_mut().context("no instance")?;
     let start = Instant::now();
     let action_at = start + params.action_at;
+    // Classic: the phases of the heartbeats and of the consumer's polls are set, not left to
+    // start-up timing (docs/lab.md, "phases"): one heartbeat (SIGUSR1) comes `heartbeat_phase`
+    // x TTL/3 before the action, and the consumer's first poll after the registry dropped the
+    // instance comes `poll_phase` x R after that.
+    let mut phases = None;
+    if let Mode::Classic { ttl, refresh } = scenario.mode {
+        let pid = nix::unistd::Pid::from_raw(target.pid());
+        let beat_at = action_at - (ttl / 3).mul_f64(params.heartbeat_phase);
+        let (leaving, poll_phase) = (leaving.clone(), params.poll_phase);
+        let limit = params.duration + ttl * 2;
+        // Until then, keep the polls half a period away from the action: a poll racing the
+        // deregistration would make the row a coin toss.
+        let _ = anchor_tx.send(Some(action_at + refresh / 2));
+        phases = Some(tokio::spawn(async move {
+            tokio::time::sleep_until(beat_at).await;
+            let _ = nix::sys::signal::kill(pid, Signal::SIGUSR1);
+            tokio::time::sleep_until(action_at).await;
+            if let Some(dropped) =
+                crate::classic::wait_dropped(http_addr, SERVICE, &leaving, limit).await
+            {
+                let _ = anchor_tx.send(Some(dropped + refresh.mul_f64(poll_phase)));
+            }
+        }));
+    }
     let schedule = params.schedule();
     let load = run_load_at(
         &http,
@@ -373,6 +407,9 @@ async fn measure(
         c.close();
     }
     if let Some(task) = poller {
+        task.abort();
+    }
+    if let Some(task) = phases {
         task.abort();
     }
     Ok(summarize(scenario, params, leaving, acted, load))

@@ -239,13 +239,19 @@ async fn run_classic(
     println!("ready name={name} addr={addr}");
     let heartbeat_url = format!("{instances}/{addr}/heartbeat");
     // Heartbeats every TTL/3, as a Nacos v1 or Eureka client does. A 404 (deregistered by
-    // someone else) stops them: the instance does not come back by itself.
+    // someone else) stops them: the instance does not come back by itself. SIGUSR1 sends one
+    // at once and restarts the interval from there: `gangway lab` uses it to set the phase of
+    // the heartbeats against the moment it kills the process.
+    let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
     let heartbeats = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(ttl / 3);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
+        let period = ttl / 3;
+        let mut next = tokio::time::Instant::now() + period;
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                _ = usr1.recv() => {}
+            }
+            next = tokio::time::Instant::now() + period;
             match http.put(&heartbeat_url).send().await {
                 Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => break,
                 _ => {}

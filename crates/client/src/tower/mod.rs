@@ -12,6 +12,7 @@
 //!   ejected instance out of p2c's picks until its recovery check is due.
 //! - [`Classify`] / [`DefaultClassify`]: how a result maps to a
 //!   [`Failure`](crate::retry::Failure), shared by both layers.
+//! - [`balanced`]: the whole stack below in one call.
 //!
 //! The stack, outermost first: `Retry` → `Buffer` → p2c `Balance` → `ViewDiscover` of
 //! `PendingRequests<Ejection<per-instance client>>`.
@@ -60,11 +61,13 @@ mod classify;
 mod discover;
 pub mod ejection;
 pub mod retry;
+mod stack;
 
 pub use classify::{AsStdError, Classify, DefaultClassify, HasStatus, classify_error, outcome_of};
 pub use discover::{Rebuild, ViewDiscover, balance_channel, tonic_endpoints};
 pub use ejection::{Ejection, EjectionLayer};
 pub use retry::{Attempts, Idempotent, Retry, RetryLayer};
+pub use stack::{Balanced, DEFAULT_BUFFER, StackConfig, balanced};
 
 /// Compiles the examples of `docs/tower.md` as doc tests.
 #[cfg(doctest)]

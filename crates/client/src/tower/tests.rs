@@ -19,14 +19,26 @@ use tower::buffer::Buffer;
 use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use super::{Attempts, EjectionLayer, RetryLayer, ViewDiscover};
+use super::{Attempts, EjectionLayer, RetryLayer, StackConfig, ViewDiscover, balanced};
+use crate::Subscription;
 use crate::outlier::{OutlierConfig, OutlierDetector};
 use crate::retry::RetryConfig;
 
 async fn backend(name: &'static str) -> InstanceKey {
+    slow_backend(name, Duration::ZERO).await
+}
+
+/// A backend answering `name` after `delay`.
+async fn slow_backend(name: &'static str, delay: Duration) -> InstanceKey {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let app = Router::new().route("/x", any(move || async move { name }));
+    let app = Router::new().route(
+        "/x",
+        any(move || async move {
+            tokio::time::sleep(delay).await;
+            name
+        }),
+    );
     tokio::spawn(async move { axum::serve(listener, app).await });
     InstanceKey::new("127.0.0.1", port, "")
 }
@@ -121,10 +133,7 @@ async fn hyper_stack_survives_a_refusing_instance_and_ejects_it() {
             .unwrap_or_else(|e| panic!("request {n} failed: {e}"));
         assert_eq!(response.status(), 200);
         assert!(response.extensions().get::<Attempts>().is_some());
-        let body = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 1024)
-            .await
-            .unwrap();
-        let body = String::from_utf8(body.to_vec()).unwrap();
+        let body = text(response).await;
         *answered.entry(body).or_insert(0) += 1;
     }
     assert!(
@@ -136,4 +145,71 @@ async fn hyper_stack_survives_a_refusing_instance_and_ejects_it() {
         ["a", "b"],
         "{answered:?}"
     );
+}
+
+async fn text<B>(response: http::Response<B>) -> String
+where
+    B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
+{
+    let body = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 1024)
+        .await
+        .unwrap();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+/// `balanced` over real sockets: a hanging instance costs a per-try timeout, then the GET is
+/// answered elsewhere; the subscription lives as long as the stack.
+#[tokio::test]
+async fn balanced_retries_a_timed_out_get_elsewhere() {
+    let keys = vec![
+        backend("a").await,
+        slow_backend("hang", Duration::from_secs(30)).await,
+    ];
+    let instances: Vec<Instance> = keys.iter().cloned().map(Instance::new).collect();
+    let (views_tx, views) = watch::channel(Arc::new(View {
+        revision: 1,
+        instances,
+        protection_triggered: false,
+    }));
+    let (commands, mut unsubscribed) = tokio::sync::mpsc::unbounded_channel();
+    let subscription = Subscription::new(ServiceKey::named("orders"), views, commands);
+    let config = StackConfig::default().with_retry(
+        RetryConfig::default()
+            .with_max_attempts(10)
+            .with_per_try_timeout(Duration::from_millis(100)),
+    );
+    let mut http = balanced(&subscription, &config, |instance: &Instance| {
+        let client = HyperClient::builder(TokioExecutor::new()).build_http::<String>();
+        let authority: Authority = instance.key.addr().parse().unwrap();
+        ServiceBuilder::new()
+            .map_request(move |request| to_instance(request, &authority))
+            .service(client)
+    })
+    .unwrap();
+    drop(subscription);
+
+    let mut retried = 0;
+    for n in 0..20 {
+        let request = Request::get("http://orders/x").body(String::new()).unwrap();
+        let response = http
+            .ready()
+            .await
+            .unwrap()
+            .call(request)
+            .await
+            .unwrap_or_else(|e| panic!("request {n} failed: {e}"));
+        let attempts = response.extensions().get::<Attempts>().unwrap().0;
+        retried += usize::from(attempts > 1);
+        assert_eq!(text(response).await, "a");
+    }
+    // The hanging instance is picked about half the time (p2c over two, ties).
+    assert!(retried > 0, "some GETs needed a second attempt");
+
+    assert!(
+        unsubscribed.try_recv().is_err(),
+        "the stack holds the subscription"
+    );
+    drop(http);
+    drop(views_tx);
 }

@@ -18,6 +18,11 @@ cargo nextest run --workspace --no-fail-fast --profile ci
 echo "== doc tests"
 cargo test --workspace --doc
 
+# A short `gangway lab` (issue 4; docs/lab.md) so the command never rots: one or two rows per
+# table, 4 s of load each, three at a time (about 20 s). The full suite: `gangway lab`.
+echo "== gangway lab --quick"
+target/debug/gangway lab --quick --no-progress --json target/lab-quick.json --svg target/lab-quick.svg
+
 # ---------------------------------------------------------------------------------------------
 # Nacos wire compatibility (issue 5): the published Nacos clients against a real `gangway server`.
 # nacos-sdk-python 3.2.0 (gRPC, PyPI), npm `nacos` 2.6.3 (v1 HTTP), crates.io `nacos-sdk` 0.8.3

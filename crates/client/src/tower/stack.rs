@@ -86,8 +86,8 @@ pub type Balanced<Req, Res> = BoxCloneService<Req, Res, BoxError>;
 /// if they must not.
 ///
 /// # Errors
-/// [`Error::InvalidConfig`] when `config.outlier` is invalid (see
-/// [`OutlierConfig::validate`]).
+/// [`Error::InvalidConfig`] listing every problem of `config.retry` ([`RetryConfig::problems`])
+/// and `config.outlier` ([`OutlierConfig::validate`]) together.
 pub fn balanced<S, Req, F>(
     subscription: &Subscription,
     config: &StackConfig,
@@ -101,6 +101,13 @@ where
     S::Error: AsStdError + Into<BoxError> + Send + 'static,
     Req: Replay + Send + 'static,
 {
+    let mut problems = config.retry.problems();
+    if let Err(Error::InvalidConfig { problems: outlier }) = config.outlier.validate() {
+        problems.extend(outlier);
+    }
+    if !problems.is_empty() {
+        return Err(Error::InvalidConfig { problems });
+    }
     let mut detector =
         OutlierDetector::new(subscription.service().clone(), config.outlier.clone())?;
     if let Some(metrics) = &config.metrics {

@@ -213,3 +213,33 @@ async fn balanced_retries_a_timed_out_get_elsewhere() {
     drop(http);
     drop(views_tx);
 }
+
+#[tokio::test]
+async fn balanced_reports_every_config_problem_together() {
+    let (_views_tx, views) = watch::channel(Arc::new(View {
+        revision: 0,
+        instances: Vec::new(),
+        protection_triggered: false,
+    }));
+    let (commands, _unsubscribed) = tokio::sync::mpsc::unbounded_channel();
+    let subscription = Subscription::new(ServiceKey::named("orders"), views, commands);
+    let mut outlier = OutlierConfig::default();
+    outlier.max_checks = 0;
+    let config = StackConfig::default()
+        .with_retry(RetryConfig::default().with_max_attempts(0))
+        .with_outlier(outlier);
+    let make = |_: &Instance| {
+        tower::service_fn(|_: Request<String>| async {
+            Ok::<_, std::io::Error>(http::Response::new(String::new()))
+        })
+    };
+    match balanced(&subscription, &config, make) {
+        Err(crate::Error::InvalidConfig { problems }) => {
+            assert_eq!(problems.len(), 2, "{problems:?}");
+            assert!(problems[0].contains("max_attempts"), "{problems:?}");
+            assert!(problems[1].contains("max_checks"), "{problems:?}");
+        }
+        Err(other) => panic!("unexpected error: {other}"),
+        Ok(_) => panic!("accepted an invalid config"),
+    }
+}

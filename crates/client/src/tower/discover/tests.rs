@@ -289,3 +289,17 @@ async fn balance_channel_builds_a_lazy_channel_and_its_task_ends_with_it() {
         .expect("a command");
     drop(tx);
 }
+
+#[tokio::test]
+async fn tonic_endpoints_skip_an_address_that_is_no_uri() {
+    let bad = Instance::new(InstanceKey::new("not a host", 8080, ""));
+    let (_tx, rx) = watch::channel(view(1, vec![bad, instance(1)]));
+    let (commands, _unsubscribed) = mpsc::unbounded_channel();
+    let subscription = Subscription::new(ServiceKey::named("orders"), rx, commands);
+    let mut endpoints = tonic_endpoints(&subscription, |_, endpoint| endpoint);
+    use tokio_stream::StreamExt as _;
+    match endpoints.next().await {
+        Some(tonic::transport::channel::Change::Insert(key, _)) => assert_eq!(key, self::key(1)),
+        other => panic!("expected the valid instance only, got {other:?}"),
+    }
+}

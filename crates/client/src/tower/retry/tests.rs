@@ -280,3 +280,12 @@ fn replay_rules() {
     assert!(!request(Method::POST).idempotent());
     assert!(get.replay().is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn zero_max_attempts_means_one_attempt() {
+    let (mut service, mut handle) = stack(&RetryConfig::default().with_max_attempts(0));
+    let call = send(&mut service, request(Method::GET));
+    answer(&mut handle, Err(refused())).await;
+    assert!(call.await.unwrap().is_err());
+    no_more_attempts(&mut handle);
+}

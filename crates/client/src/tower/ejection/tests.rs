@@ -330,3 +330,17 @@ async fn discover_balance_retry_and_ejection_compose() {
     );
     drop(views_tx);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_probe_reopens_the_gate_after_the_check_timeout() {
+    let mut f = fixture(OutlierConfig::default());
+    f.eject().await;
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert!(f.poll_ready().0);
+    drop(f.service.call(get())); // the probe is cancelled: no outcome ever comes
+    let (ready, woken) = f.poll_ready();
+    assert!(!ready);
+    tokio::time::advance(crate::outlier::DEFAULT_CHECK_TIMEOUT).await;
+    assert!(woken.0.load(Ordering::SeqCst));
+    assert!(f.poll_ready().0, "the check is due again");
+}

@@ -26,7 +26,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-GANGWAY = os.environ.get("GANGWAY_BIN", os.path.join(ROOT, "target", "debug", "gangway"))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+GANGWAY = os.environ.get("GANGWAY_BIN", os.path.join(TARGET, "debug", "gangway"))
 PYTHON = os.path.join(HERE, "python", ".venv", "bin", "python")
 RUST_DRIVER = os.environ.get(
     "NACOS_RUST_DRIVER",

@@ -11,6 +11,7 @@ fi
 
 echo "== build"
 cargo build --workspace --all-targets
+gangway="${CARGO_TARGET_DIR:-target}/debug/gangway"
 
 echo "== tests (unit, property, socket, real processes)"
 cargo nextest run --workspace --no-fail-fast --profile ci
@@ -71,4 +72,4 @@ echo "== bench: quick run (gangway, etcd)"
 if ! command -v etcd >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null
 fi
-target/debug/gangway bench all --quick --strict --peers gangway,etcd --json target/bench-quick.json
+"$gangway" bench all --quick --strict --peers gangway,etcd --json target/bench-quick.json

@@ -143,7 +143,8 @@ pub struct LabArgs {
     #[arg(long, default_value_t = 0.5, value_parser = parse_fraction, value_name = "0..1")]
     pub poll_phase: f64,
     /// Classic instance: its last heartbeat before the leave action comes this fraction of
-    /// TTL/3 before it (0 = just before: the longest lease left, 0.5 = the mean).
+    /// TTL/3 before it (0.1 = just before: nearly the longest lease left, 0.5 = the mean; 0
+    /// races the signal and leaves the phase to chance).
     #[arg(long, default_value_t = 0.5, value_parser = parse_fraction, value_name = "0..1")]
     pub heartbeat_phase: f64,
     /// Scenarios run at the same time (each with its own registry and ports).

@@ -46,19 +46,17 @@ pub fn poller(
                 }
             }
             let polled = Instant::now();
-            if let Ok(response) = client.get(&url).send().await {
-                if let Ok(view) = response.json::<View>().await {
-                    tx.send_if_modified(|current| {
-                        if current.instances == view.instances
-                            && current.protection_triggered == view.protection_triggered
-                        {
-                            false
-                        } else {
-                            *current = Arc::new(view);
-                            true
-                        }
-                    });
-                }
+            if let Some(view) = fetch(&client, &url).await {
+                tx.send_if_modified(|current| {
+                    if current.instances == view.instances
+                        && current.protection_triggered == view.protection_triggered
+                    {
+                        false
+                    } else {
+                        *current = Arc::new(view);
+                        true
+                    }
+                });
             }
             let anchored = *anchor.borrow();
             next = match anchored {
@@ -82,16 +80,18 @@ pub async fn wait_dropped(
     let url = format!("http://{http}/v1/services/{service}/instances");
     let end = Instant::now() + limit;
     while Instant::now() < end {
-        if let Ok(r) = client.get(&url).send().await {
-            if let Ok(view) = r.json::<View>().await {
-                if !view.instances.iter().any(|i| i.key.addr() == addr) {
-                    return Some(Instant::now());
-                }
-            }
+        let view = fetch(&client, &url).await;
+        if view.is_some_and(|v| !v.instances.iter().any(|i| i.key.addr() == addr)) {
+            return Some(Instant::now());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     None
+}
+
+/// One GET of a consumer view; `None` on any error.
+async fn fetch(client: &reqwest::Client, url: &str) -> Option<View> {
+    client.get(url).send().await.ok()?.json::<View>().await.ok()
 }
 
 /// The first `anchor + k x period` (k any integer) after `now`.

@@ -103,3 +103,43 @@ async fn bad_flags_are_usage_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--action-at"));
 }
+
+#[tokio::test]
+async fn liveness_prints_every_row() {
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(GANGWAY)
+            .args(["lab", "liveness", "--observe", "2s", "--no-progress"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("liveness finished in time")
+    .expect("liveness ran");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    // Header + 3 session rows + lease + 2 persistent + 4 protect + 2 restart.
+    assert_eq!(rows.len(), 13, "{stdout}");
+    let kill = rows
+        .iter()
+        .find(|r| r.contains("SIGKILL of its process") && r.contains("session"))
+        .unwrap();
+    let gone: f64 = kill
+        .split("gone after ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(gone < 1.0, "{kill}");
+    assert!(stdout.contains("view holds 5 (1 healthy)"), "{stdout}");
+    assert!(!stdout.contains("error"), "{stdout}");
+}

@@ -77,7 +77,7 @@ fn row(case: &str, nacos: &str, r: anyhow::Result<(String, String)>) -> Row {
 /// None of its own: a measurement that fails becomes a row with its error.
 pub async fn run(s: &Settings) -> anyhow::Result<Vec<Row>> {
     let bar = if s.progress {
-        ProgressBar::new(5)
+        ProgressBar::new(6)
     } else {
         ProgressBar::hidden()
     };
@@ -91,7 +91,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Vec<Row>> {
         s.observe.as_secs()
     ));
     let step = |bar: &ProgressBar| bar.inc(1);
-    let (graceful, kill, stop, persistent, (protect, restart)) = tokio::join!(
+    let (graceful, kill, stop, lease, persistent, (protect, restart)) = tokio::join!(
         async {
             let r = session_leaves(s, Leave::Graceful).await;
             step(&bar);
@@ -104,6 +104,11 @@ pub async fn run(s: &Settings) -> anyhow::Result<Vec<Row>> {
         },
         async {
             let r = session_leaves(s, Leave::Stop).await;
+            step(&bar);
+            r
+        },
+        async {
+            let r = session_leaves(s, Leave::LeaseKill).await;
             step(&bar);
             r
         },
@@ -129,6 +134,11 @@ pub async fn run(s: &Settings) -> anyhow::Result<Vec<Row>> {
         ),
         row("session instance, SIGKILL of its process", "0.58 s", kill),
         row("session instance, SIGSTOP of its process", "26 s", stop),
+        row(
+            "lease instance (REST, TTL 15 s, delete 30 s), SIGKILL of its process",
+            "not measured; v1 HTTP defaults: unhealthy after 15 s, deleted after 30 s",
+            lease,
+        ),
     ];
     match persistent {
         Ok(rows_p) => rows.extend(rows_p),
@@ -174,6 +184,8 @@ enum Leave {
     Graceful,
     Kill,
     Stop,
+    /// SIGKILL of a classic instance: REST lease, TTL 15 s, delete timeout 30 s (Nacos v1's).
+    LeaseKill,
 }
 
 async fn start_registry(s: &Settings) -> anyhow::Result<gangway_server::RunningServer> {
@@ -228,17 +240,25 @@ fn secs(d: Duration) -> String {
 async fn session_leaves(s: &Settings, how: Leave) -> anyhow::Result<(String, String)> {
     let server = start_registry(s).await?;
     let service = "liveness";
-    let mut p = Proc::spawn(
-        &s.exe,
-        &[
-            "demo-service".into(),
-            "--registry".into(),
-            server.grpc_addr.to_string(),
-            "--service".into(),
-            service.into(),
-            "--no-drain".into(),
-        ],
-    )?;
+    let mut args: Vec<String> = vec![
+        "demo-service".into(),
+        "--service".into(),
+        service.into(),
+        "--no-drain".into(),
+    ];
+    if how == Leave::LeaseKill {
+        args.extend([
+            "--lease-ttl".into(),
+            "15s".into(),
+            "--lease-delete-timeout".into(),
+            "30s".into(),
+            "--registry-http".into(),
+            server.http_addr.to_string(),
+        ]);
+    } else {
+        args.extend(["--registry".into(), server.grpc_addr.to_string()]);
+    }
+    let mut p = Proc::spawn(&s.exe, &args)?;
     let result = async {
         let ready = p.line("ready ", STARTUP).await?;
         let addr = field(&ready, "addr").context("ready line without addr=")?;
@@ -250,18 +270,22 @@ async fn session_leaves(s: &Settings, how: Leave) -> anyhow::Result<(String, Str
         anyhow::ensure!(listed.is_some(), "the instance was never listed");
         let sig = match how {
             Leave::Graceful => Signal::SIGTERM,
-            Leave::Kill => Signal::SIGKILL,
+            Leave::Kill | Leave::LeaseKill => Signal::SIGKILL,
             Leave::Stop => Signal::SIGSTOP,
         };
         let start = Instant::now();
         p.signal(sig)?;
         let mut flags = Vec::new();
+        let mut unhealthy = None;
         let limit = Duration::from_secs(60);
         loop {
             let all = list_all(&http, server.http_addr, service).await;
             match find(&all, &addr) {
                 None => break,
                 Some(i) => {
+                    if unhealthy.is_none() && i["healthy"] == Value::Bool(false) {
+                        unhealthy = Some(start.elapsed());
+                    }
                     let flag = format!(
                         "healthy={} enabled={}",
                         i["healthy"].as_bool().unwrap_or(false),
@@ -277,7 +301,10 @@ async fn session_leaves(s: &Settings, how: Leave) -> anyhow::Result<(String, Str
         }
         let gone = start.elapsed();
         Ok((
-            format!("gone after {}", secs(gone)),
+            match unhealthy {
+                Some(u) => format!("unhealthy after {}, gone after {}", secs(u), secs(gone)),
+                None => format!("gone after {}", secs(gone)),
+            },
             if flags.is_empty() {
                 "gone at the first look".to_owned()
             } else {

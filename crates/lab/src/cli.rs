@@ -325,3 +325,75 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     Duration::try_from_secs_f64(value * scale).map_err(|_| format!("duration out of range: {s:?}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<LabArgs, clap::Error> {
+        LabPassthrough {
+            args: args.iter().map(|s| s.to_string()).collect(),
+        }
+        .parse()
+    }
+
+    #[test]
+    fn defaults_are_issue_4s() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.suite, Suite::Default);
+        let p = a.params("gangway".into());
+        assert_eq!((p.instances, p.rate, p.schedule().total()), (3, 60.0, 480));
+        assert_eq!(p.action_at, Duration::from_millis(2800));
+        assert_eq!(p.delay, Duration::from_millis(200));
+        assert!(a.scenario().is_none());
+    }
+
+    #[test]
+    fn scenario_flags_make_one_configuration() {
+        let a = parse(&[
+            "--scenario",
+            "deregister-graceful",
+            "--registry",
+            "classic",
+            "--ttl",
+            "4s",
+            "--refresh",
+            "500ms",
+            "--wait",
+            "1.2s",
+            "--retry",
+            "--json",
+            "out.json",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.scenario(),
+            Some(Scenario {
+                mode: Mode::Classic {
+                    ttl: Duration::from_secs(4),
+                    refresh: Duration::from_millis(500)
+                },
+                action: Action::DeregisterGraceful {
+                    wait: Duration::from_millis(1200)
+                },
+                retry: true,
+            })
+        );
+        assert_eq!(a.json.as_deref(), Some(std::path::Path::new("out.json")));
+        let quick = parse(&["--quick"]).unwrap().params("g".into());
+        assert_eq!(quick.schedule().total(), 240);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(parse(&["--rate", "fast"]).is_err());
+        assert!(parse(&["--poll-phase", "1"]).is_err());
+        assert!(parse(&["--duration", "-1s"]).is_err());
+        assert!(parse(&["--ttl", "2 weeks"]).is_err());
+        assert!(parse(&["nonsense"]).is_err());
+        assert_eq!(parse_duration("2.8s"), Ok(Duration::from_millis(2800)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_fraction("0"), Ok(0.0));
+        assert!(parse_fraction("-0.1").is_err());
+    }
+}

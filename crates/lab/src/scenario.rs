@@ -510,3 +510,113 @@ fn summarize(
         load,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::{RequestRecord, ViewChange};
+
+    fn request(
+        index: usize,
+        sent_ms: f64,
+        instance: &str,
+        ok: bool,
+        attempts: u32,
+    ) -> RequestRecord {
+        RequestRecord {
+            index,
+            scheduled_ms: sent_ms,
+            sent_ms,
+            instance: Some(instance.to_owned()),
+            connection: None,
+            ok,
+            error: (!ok).then(|| "connect".to_owned()),
+            latency_ms: 200.0,
+            attempts,
+        }
+    }
+
+    #[test]
+    fn summary_counts_failures_cache_drop_and_in_flight() {
+        let params = Params::new("gangway".into());
+        let requests = vec![
+            request(0, 2650.0, "a:1", false, 1), // in flight at the signal (2700)
+            request(1, 2690.0, "b:1", true, 1),
+            request(2, 2900.0, "a:1", false, 1),
+            request(3, 3000.0, "b:1", true, 2),
+        ];
+        let load = LoadReport {
+            sent: 4,
+            ok: 2,
+            failed: 2,
+            attempts_per_request: 1.25,
+            requests,
+            view_changes: vec![
+                // Before the action: not the drop even though a:1 is absent.
+                ViewChange {
+                    at_ms: 100.0,
+                    revision: 1,
+                    instances: vec!["b:1".into()],
+                },
+                ViewChange {
+                    at_ms: 2800.0,
+                    revision: 2,
+                    instances: vec!["a:1".into(), "b:1".into()],
+                },
+                ViewChange {
+                    at_ms: 3100.0,
+                    revision: 3,
+                    instances: vec!["b:1".into()],
+                },
+            ],
+        };
+        let acted = Acted {
+            action_ms: 2700.0,
+            signal_ms: Some(2700.0),
+            drain_wait_ms: None,
+        };
+        let s = Scenario {
+            mode: Mode::Gangway,
+            action: Action::Crash,
+            retry: false,
+        };
+        let r = summarize(s, &params, "a:1".into(), acted, load);
+        assert_eq!((r.failed, r.total, r.retried), (2, 4, 1));
+        assert_eq!(r.failures_ms, Some((2650.0, 2900.0)));
+        assert_eq!(r.cache_drop_ms, Some(3100.0));
+        assert_eq!(r.in_flight_at_signal, 1);
+        assert_eq!(r.label, "gangway: crash (SIGKILL), no retry");
+    }
+
+    #[test]
+    fn no_failure_and_no_drop_are_none() {
+        let params = Params::new("gangway".into());
+        let load = LoadReport {
+            sent: 1,
+            ok: 1,
+            failed: 0,
+            attempts_per_request: 1.0,
+            requests: vec![request(0, 0.0, "a:1", true, 1)],
+            view_changes: vec![],
+        };
+        let s = Scenario {
+            mode: Mode::Classic {
+                ttl: Duration::from_secs(2),
+                refresh: Duration::from_millis(500),
+            },
+            action: Action::DeregisterKill {
+                wait: Duration::from_millis(1200),
+            },
+            retry: true,
+        };
+        let r = summarize(s, &params, "a:1".into(), Acted::default(), load);
+        assert_eq!(
+            (r.failures_ms, r.cache_drop_ms, r.in_flight_at_signal),
+            (None, None, 0)
+        );
+        assert_eq!(
+            r.label,
+            "classic TTL 2s R 0.5s: deregister, W 1.2s, SIGKILL, retry once"
+        );
+    }
+}

@@ -270,7 +270,7 @@ pub async fn run(args: LabArgs, exe: PathBuf) -> anyhow::Result<bool> {
         println!("\n{}", report::render_table(t, &results));
     }
     if let Some(path) = &args.json {
-        report::write_json(path, &params, &results)?;
+        report::write_json(path, &params, &tables, &results)?;
         println!("\nraw results: {}", path.display());
     }
     if let Some(path) = &args.svg {

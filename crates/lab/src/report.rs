@@ -81,7 +81,21 @@ pub fn render_one(r: &ScenarioResult) -> String {
 #[derive(Serialize)]
 struct JsonRun<'a> {
     params: &'a Params,
+    tables: Vec<JsonTable<'a>>,
     scenarios: Vec<JsonScenario<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonTable<'a> {
+    title: &'a str,
+    /// Labels of the scenarios (keys into `scenarios`) with their reference values.
+    rows: Vec<JsonRow<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    label: String,
+    reference: &'a str,
 }
 
 #[derive(Serialize)]
@@ -94,15 +108,35 @@ struct JsonScenario<'a> {
     result: Option<&'a ScenarioResult>,
 }
 
-/// Writes every scenario's raw results to `path` as JSON: `{"params": {..}, "scenarios": [{
+/// Writes every scenario's raw results to `path` as JSON: `{"params": {..}, "tables": [{"title",
+/// "rows": [{"label", "reference"}]}], "scenarios": [{
 /// "scenario", "label", "result": {.., "load": {"requests": [one record per request],
 /// "view_changes": [..]}}}]}`. Times are ms after the first send.
 ///
 /// # Errors
 /// The file cannot be written.
-pub fn write_json(path: &Path, params: &Params, results: &Results) -> anyhow::Result<()> {
+pub fn write_json(
+    path: &Path,
+    params: &Params,
+    tables: &[Table],
+    results: &Results,
+) -> anyhow::Result<()> {
     let run = JsonRun {
         params,
+        tables: tables
+            .iter()
+            .map(|t| JsonTable {
+                title: &t.title,
+                rows: t
+                    .rows
+                    .iter()
+                    .map(|r| JsonRow {
+                        label: r.scenario.label(),
+                        reference: &r.reference,
+                    })
+                    .collect(),
+            })
+            .collect(),
         scenarios: results
             .iter()
             .map(|(s, r)| JsonScenario {

@@ -11,7 +11,8 @@ fi
 
 echo "== build"
 cargo build --workspace --all-targets
-gangway="${CARGO_TARGET_DIR:-target}/debug/gangway"
+out="${CARGO_TARGET_DIR:-target}"
+gangway="$out/debug/gangway"
 
 echo "== tests (unit, property, socket, real processes)"
 cargo nextest run --workspace --no-fail-fast --profile ci
@@ -22,7 +23,7 @@ cargo test --workspace --doc
 # A short `gangway lab` (issue 4; docs/lab.md) so the command never rots: one or two rows per
 # table, 4 s of load each, three at a time (about 20 s). The full suite: `gangway lab`.
 echo "== gangway lab --quick"
-target/debug/gangway lab --quick --no-progress --json target/lab-quick.json --svg target/lab-quick.svg
+"$gangway" lab --quick --no-progress --json "$out/lab-quick.json" --svg "$out/lab-quick.svg"
 
 # ---------------------------------------------------------------------------------------------
 # Nacos wire compatibility (issue 5): the published Nacos clients against a real `gangway server`.
@@ -72,4 +73,4 @@ echo "== bench: quick run (gangway, etcd)"
 if ! command -v etcd >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null
 fi
-"$gangway" bench all --quick --strict --peers gangway,etcd --json target/bench-quick.json
+"$gangway" bench all --quick --strict --peers gangway,etcd --json "$out/bench-quick.json"

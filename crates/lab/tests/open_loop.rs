@@ -57,9 +57,11 @@ async fn sends_follow_the_schedule_when_answers_take_two_seconds() {
         "{:?}",
         report.requests.iter().find(|r| !r.ok)
     );
+    // A closed loop would fall behind by whole answers (2 s each); allow scheduler jitter on a
+    // busy 2-core machine, far below that.
     for r in &report.requests {
         assert!(
-            (r.sent_ms - r.scheduled_ms).abs() < 100.0,
+            (r.sent_ms - r.scheduled_ms).abs() < 500.0,
             "request {} sent at {:.1} ms, scheduled at {:.1} ms",
             r.index,
             r.sent_ms,

@@ -132,6 +132,10 @@ impl ServerArgs {
 /// Runs the registry until SIGINT/SIGTERM, then stops cleanly.
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let config = args.config()?;
+    // Handlers first, so that a signal sent right after the start-up line is never lost.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     let server = gangway_server::start(config.clone()).await?;
     println!(
         "gangway server {} listening: http={} grpc={} data-dir={} warm-up={}",
@@ -141,10 +145,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.data_dir.display(),
         format_duration(config.warmup),
     );
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
         _ = term.recv() => tracing::info!("SIGTERM: stopping"),
     }
     server.shutdown().await;

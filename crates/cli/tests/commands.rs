@@ -774,9 +774,8 @@ async fn logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
             dir.path().to_str().unwrap(),
         ],
     );
+    // The signal handlers are installed before the start-up line is printed.
     server.wait_for(|out, _| out.contains(" listening: ")).await;
-    // The SIGINT handler is set up right after the line above.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, _, err) = server.interrupt().await;
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.contains("INFO"), "{err}");

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod drain;
+pub mod duration;
 pub mod model;
 pub mod validate;
 pub mod view;

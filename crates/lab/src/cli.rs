@@ -296,35 +296,7 @@ pub fn parse_fraction(s: &str) -> Result<f64, String> {
     }
 }
 
-/// Parses `500ms`, `2.8s`, `2m`, `1h`; a bare number is seconds.
-///
-/// # Errors
-/// Negative, unparsable or an unknown unit.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if t.starts_with('-') {
-        return Err(format!("must not be negative, got {s:?}"));
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("expected seconds or a duration like 500ms, 30s, 2m; got {s:?}"))?;
-    let scale = match unit {
-        "" | "s" => 1.0,
-        "ms" => 0.001,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {s:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("duration out of range: {s:?}"))
-}
+pub use gangway_core::duration::parse as parse_duration;
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,8 @@ pub struct Running {
     child: tokio::process::Child,
     out: Arc<Mutex<String>>,
     err: Arc<Mutex<String>>,
+    /// The two pipe readers; they end at EOF, once the process is gone.
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
@@ -36,7 +38,7 @@ impl Running {
         let collect = |mut pipe: Box<dyn tokio::io::AsyncRead + Unpin + Send>| {
             let text = Arc::new(Mutex::new(String::new()));
             let sink = text.clone();
-            tokio::spawn(async move {
+            let reader = tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = pipe.read(&mut buf).await {
                     if n == 0 {
@@ -47,11 +49,16 @@ impl Running {
                         .push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
             });
-            text
+            (text, reader)
         };
-        let out = collect(Box::new(child.stdout.take().unwrap()));
-        let err = collect(Box::new(child.stderr.take().unwrap()));
-        Running { child, out, err }
+        let (out, out_reader) = collect(Box::new(child.stdout.take().unwrap()));
+        let (err, err_reader) = collect(Box::new(child.stderr.take().unwrap()));
+        Running {
+            child,
+            out,
+            err,
+            readers: vec![out_reader, err_reader],
+        }
     }
 
     /// Output so far: (stdout, stderr).
@@ -94,8 +101,10 @@ impl Running {
             .await
             .expect("gangway stops on SIGINT")
             .unwrap();
-        // Let the readers drain the pipes.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The readers end at EOF: then all output is in.
+        for reader in std::mem::take(&mut self.readers) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
         let out = self.out.lock().unwrap().clone();
         let err = self.err.lock().unwrap().clone();
         (status, out, err)

@@ -179,7 +179,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let exe = std::env::current_exe()?;
             let complete = gangway_lab::cli::run(a, exe).await?;
-            return Ok(ExitCode::from(if complete { EXIT_OK } else { EXIT_FAILURE }));
+            return Ok(ExitCode::from(if complete {
+                EXIT_OK
+            } else {
+                EXIT_FAILURE
+            }));
         }
         _ => {}
     }

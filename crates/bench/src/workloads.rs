@@ -302,7 +302,7 @@ impl Workload {
             ),
             Workload::Scale => (
                 format!(
-                    "{} sessions (each its own connection), then 10 ephemeral instances each; RSS deltas. max-sessions: sessions multiplexed 100 per connection, up to {}",
+                    "{} sessions (each its own connection), then 10 ephemeral instances each (services of 100); RSS deltas. max-sessions: sessions multiplexed 100 per connection, up to {}",
                     p.sessions, p.max_sessions
                 ),
                 vec![
@@ -487,7 +487,6 @@ async fn query(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
     let c = ctx.params.concurrency;
     // Ten instances, kept alive for the whole phase by a session, connections or leases.
     let mut _keep_session = None;
-    let mut _keep_conns = Vec::new();
     match server.system {
         System::Gangway => {
             let s =
@@ -498,10 +497,11 @@ async fn query(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
             _keep_session = Some(s);
         }
         System::Rnacos => {
+            // v1 HTTP leases (healthy for 15 s + 3 s without beats: longer than the phase).
+            let h = NacosHttp::new(http_client(1), server.http);
             for i in 0..10 {
-                let conn = NacosConn::connect(server.grpc, None).await?;
-                conn.register(QUERY_SERVICE, "127.0.0.1", 8000 + i).await?;
-                _keep_conns.push(conn);
+                h.register(QUERY_SERVICE, "127.0.0.1", 8000 + i, true)
+                    .await?;
             }
         }
         System::Etcd => {
@@ -1124,7 +1124,9 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
     tokio::time::sleep(ctx.params.settle).await;
     let rss0 = server.rss();
     let meter = CpuMeter::start(server);
-    let svc = |j: usize| format!("bench-scale-{j}");
+    // 1,000 services of 100 instances (sessions i, i+100, ... share a service), each session's
+    // 10 instances in 10 different services (a Nacos connection keeps one per service).
+    let svc = |i: usize, j: usize| format!("bench-scale-{}-{j}", i % 100);
     let addr = |i: usize, j: usize| instance_addr(i, j as u64);
     let (rss1, rss2, _held): (u64, u64, Box<dyn std::any::Any + Send>) = match driver {
         "native-grpc" => {
@@ -1136,7 +1138,7 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
                 async move {
                     for j in 0..per {
                         let (ip, port) = addr(i, j);
-                        sess.register(&svc(j), &ip, port).await?;
+                        sess.register(&svc(i, j), &ip, port).await?;
                     }
                     Ok(())
                 }
@@ -1154,7 +1156,7 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
                 async move {
                     for j in 0..per {
                         let (ip, port) = addr(i, j);
-                        c.register(&svc(j), &ip, port).await?;
+                        c.register(&svc(i, j), &ip, port).await?;
                     }
                     Ok(())
                 }
@@ -1180,7 +1182,7 @@ async fn scale(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
                     for j in 0..per {
                         let (ip, port) = addr(i, j);
                         e.put(
-                            &etcd::key(&svc(j), &ip, port),
+                            &etcd::key(&svc(i, j), &ip, port),
                             r#"{"weight":1.0}"#,
                             Some(&leases[i]),
                         )

@@ -881,7 +881,11 @@ async fn fanout_size(
     // A standing instance (port 1) so no list is ever empty; changes add ports 1000 + k. Nacos
     // changes go through v1 HTTP: instances registered over rnacos's gRPC did not show in its
     // lists in our runs (see docs/benchmarks.md).
-    let producer = if driver == "nacos-grpc" { "nacos-http" } else { driver };
+    let producer = if driver == "nacos-grpc" {
+        "nacos-http"
+    } else {
+        driver
+    };
     let keeper = Changer::new(server, producer).await?;
     keeper.add(svc, "127.0.0.1", 1).await?;
     let changer = Changer::new(server, producer).await?;
@@ -953,6 +957,8 @@ struct Churn {
 }
 
 impl Churn {
+    // Nested `if let` rather than a let chain: the workspace keeps the 1.85 MSRV.
+    #[allow(clippy::collapsible_if)]
     fn observe(&self, i: usize, len: usize, full_len: usize) {
         if len == full_len && !self.full[i].swap(true, Ordering::AcqRel) {
             self.full_count.fetch_add(1, Ordering::AcqRel);

@@ -205,7 +205,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<report::Report> {
     };
     let mut tables = Vec::new();
     for w in list {
-        let table = w.run(&ctx).await;
+        // On SIGINT/SIGTERM the workload is dropped, and with it every server it started
+        // (a `Server` kills its process on drop).
+        let table = tokio::select! {
+            t = w.run(&ctx) => t,
+            s = interrupted() => anyhow::bail!("interrupted by {s}; the servers it started are stopped"),
+        };
         println!("{}", table.render());
         tables.push(table);
     }
@@ -230,4 +235,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<report::Report> {
         );
     }
     Ok(report)
+}
+
+/// Resolves on SIGINT or SIGTERM, naming it.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        },
+        _ => std::future::pending().await,
+    }
 }

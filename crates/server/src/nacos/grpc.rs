@@ -245,6 +245,19 @@ impl NamingRequest {
         gangway_core::validate::service_key(&key).map_err(ApiError::from)?;
         Ok(key)
     }
+
+    /// What an `InstanceRequest` or `PersistentInstanceRequest` carries: the service, the request
+    /// type (`registerInstance`, `deregisterInstance`), the instance and whether it is disabled.
+    fn single_instance(&self) -> Result<(ServiceKey, String, Instance, bool), Refusal> {
+        let service = self.service()?;
+        let kind = self.kind.clone().unwrap_or_default();
+        let wire = self
+            .instance
+            .as_ref()
+            .ok_or_else(|| Refusal::new(INVALID_PARAM, "instance is required"))?;
+        let (instance, disabled) = wire.to_instance()?;
+        Ok((service, kind, instance, disabled))
+    }
 }
 
 impl WireInstance {
@@ -432,13 +445,7 @@ impl Nacos {
         let registry = self.registry();
         match ty {
             "InstanceRequest" => {
-                let service = r.service()?;
-                let kind = r.kind.clone().unwrap_or_default();
-                let wire = r
-                    .instance
-                    .as_ref()
-                    .ok_or_else(|| Refusal::new(INVALID_PARAM, "instance is required"))?;
-                let (instance, disabled) = wire.to_instance()?;
+                let (service, kind, instance, disabled) = r.single_instance()?;
                 match kind.as_str() {
                     "registerInstance" => {
                         self.register(
@@ -500,13 +507,7 @@ impl Nacos {
                 Ok(("BatchInstanceResponse", json!({"type": kind})))
             }
             "PersistentInstanceRequest" => {
-                let service = r.service()?;
-                let kind = r.kind.clone().unwrap_or_default();
-                let wire = r
-                    .instance
-                    .as_ref()
-                    .ok_or_else(|| Refusal::new(INVALID_PARAM, "instance is required"))?;
-                let (instance, disabled) = wire.to_instance()?;
+                let (service, kind, instance, disabled) = r.single_instance()?;
                 match kind.as_str() {
                     "registerInstance" => {
                         self.register(

@@ -43,6 +43,13 @@ pub struct ServerArgs {
     /// Re-send an unacked push after this long.
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub resend_interval: Duration,
+    /// A jump of the registry's own clock by more than this between two ticks (200 ms apart)
+    /// is its own stall (SIGSTOP, VM pause): leases are extended and expiry waits.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub stall_threshold: Duration,
+    /// After such a stall, hold back snapshots and expiry this long while sessions reconnect.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub stall_recovery: Duration,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `gangway_server=debug`.
     #[arg(long, default_value = "info", value_name = "FILTER", value_parser = parse_log_filter)]
     pub log: String,
@@ -98,6 +105,13 @@ impl ServerArgs {
                 ms(10),
                 Duration::from_secs(60),
             ),
+            ("--stall-threshold", self.stall_threshold, ms(400), hour),
+            (
+                "--stall-recovery",
+                self.stall_recovery,
+                Duration::ZERO,
+                hour,
+            ),
         ] {
             if value < min || value > max {
                 problems.push(format!(
@@ -125,6 +139,8 @@ impl ServerArgs {
             offline_mark_expiry: self.offline_mark_expiry,
             resend_interval: self.resend_interval,
             poller_expiry: config::DEFAULT_POLLER_EXPIRY,
+            stall_threshold: self.stall_threshold,
+            stall_recovery: self.stall_recovery,
         })
     }
 }

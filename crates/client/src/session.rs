@@ -161,6 +161,11 @@ pub(crate) struct Worker {
     pending: BTreeMap<u64, Pending>,
     next_id: u64,
     out: Option<mpsc::UnboundedSender<pb::ClientMessage>>,
+    /// This client's id, the same on each of its sessions (`Hello.client_id`): the registry
+    /// lets a new session take over the instances of an old one it has not seen close yet.
+    client_id: String,
+    /// The registry said it is going away (`GoAway`): reconnect at once, without backoff.
+    go_away: Option<String>,
 }
 
 impl Worker {
@@ -180,6 +185,8 @@ impl Worker {
             pending: BTreeMap::new(),
             next_id: 1,
             out: None,
+            client_id: format!("{:016x}", rand::random::<u64>()),
+            go_away: None,
         }
     }
 
@@ -190,6 +197,7 @@ impl Worker {
             let connect = open(
                 self.endpoint.clone(),
                 self.config.client_name.clone(),
+                self.client_id.clone(),
                 self.config.request_timeout,
             );
             tokio::pin!(connect);
@@ -204,6 +212,9 @@ impl Worker {
                     backoff = self.config.backoff_initial;
                     if !self.serve(conn).await {
                         return self.finish();
+                    }
+                    if self.go_away.take().is_some() {
+                        continue; // the registry is restarting: reconnect at once
                     }
                 }
                 Err(reason) => {
@@ -260,7 +271,12 @@ impl Worker {
         let reason = loop {
             tokio::select! {
                 msg = inbound.message() => match msg {
-                    Ok(Some(msg)) => self.on_server_message(msg),
+                    Ok(Some(msg)) => {
+                        self.on_server_message(msg);
+                        if let Some(reason) = &self.go_away {
+                            break format!("the registry is going away: {reason}");
+                        }
+                    }
                     Ok(None) => break "the registry ended the stream".to_owned(),
                     Err(status) => break format!("stream error: {status}"),
                 },
@@ -502,6 +518,7 @@ impl Worker {
             Some(In::Welcome(w)) => {
                 tracing::debug!(session = %w.session_id, "unexpected Welcome mid-session");
             }
+            Some(In::GoAway(g)) => self.go_away = Some(g.reason),
             None => tracing::debug!("empty server message"),
         }
     }
@@ -620,12 +637,20 @@ fn register_message(service: &ServiceKey, instance: &InstanceKey, spec: &Registe
 }
 
 /// Connects, opens the stream, sends `Hello` and waits for `Welcome`, all within `deadline`.
-async fn open(endpoint: Endpoint, client_name: String, deadline: Duration) -> Result<Conn, String> {
+async fn open(
+    endpoint: Endpoint,
+    client_name: String,
+    client_id: String,
+    deadline: Duration,
+) -> Result<Conn, String> {
     let handshake = async move {
         let channel = endpoint.connect().await.map_err(|e| describe(&e))?;
         let mut client = RegistryClient::new(channel);
         let (out, rx) = mpsc::unbounded_channel();
-        let hello = Out::Hello(pb::Hello { client_name });
+        let hello = Out::Hello(pb::Hello {
+            client_name,
+            client_id,
+        });
         out.send(pb::ClientMessage {
             request_id: 0,
             kind: Some(hello),

@@ -174,12 +174,11 @@ async fn connected(
     let mut conn = next_conn(conns).await;
     let hello = conn.recv().await;
     assert_eq!(hello.request_id, 0);
-    assert_eq!(
-        hello.kind,
-        Some(Out::Hello(pb::Hello {
-            client_name: "test-client".into()
-        }))
-    );
+    let Some(Out::Hello(h)) = hello.kind else {
+        panic!("expected Hello, got {:?}", hello.kind)
+    };
+    assert_eq!(h.client_name, "test-client");
+    assert_eq!(h.client_id.len(), 16, "a random 64-bit id in hex: {h:?}");
     conn.welcome("s-1", "boot-1");
     let client = timeout(WAIT, connecting)
         .await

@@ -24,6 +24,12 @@ pub const DEFAULT_OFFLINE_MARK_EXPIRY: Duration = Duration::from_secs(600);
 pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(1);
 /// Default drain timeout: 30 s.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default stall threshold: the registry's clock jumping by more than this between two looks
+/// (its timer ticks every 200 ms) is its own stall (SIGSTOP, VM pause): 1 s.
+pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(1);
+/// Default stall recovery: after a stall, snapshots are held back and expiry waits this long
+/// while sessions reconnect and re-register (the same as the start-up warm-up): 5 s.
+pub const DEFAULT_STALL_RECOVERY: Duration = Duration::from_secs(5);
 /// A poller (HTTP list call with `subscriber=`) is forgotten after this long without a poll.
 pub const DEFAULT_POLLER_EXPIRY: Duration = Duration::from_secs(90);
 
@@ -46,6 +52,10 @@ pub struct Config {
     pub resend_interval: Duration,
     /// Pollers silent this long leave the subscriber table.
     pub poller_expiry: Duration,
+    /// A clock jump larger than this between two looks is the registry's own stall.
+    pub stall_threshold: Duration,
+    /// After a stall, snapshots are held back and expiry waits this long.
+    pub stall_recovery: Duration,
 }
 
 /// Liveness timing (DESIGN §3).
@@ -83,6 +93,8 @@ impl Default for Config {
             offline_mark_expiry: DEFAULT_OFFLINE_MARK_EXPIRY,
             resend_interval: DEFAULT_RESEND_INTERVAL,
             poller_expiry: DEFAULT_POLLER_EXPIRY,
+            stall_threshold: DEFAULT_STALL_THRESHOLD,
+            stall_recovery: DEFAULT_STALL_RECOVERY,
         }
     }
 }

@@ -88,6 +88,15 @@ fn pb_snapshot(s: &Snapshot, request_id: u64) -> pb::ServerMessage {
     }
 }
 
+/// A wait's timeout from the request: 0 means the server's default.
+fn wait_timeout(timeout_ms: u64) -> Duration {
+    if timeout_ms == 0 {
+        DEFAULT_DRAIN_TIMEOUT
+    } else {
+        Duration::from_millis(timeout_ms)
+    }
+}
+
 fn pb_drain(d: DrainReport) -> pb::DrainResult {
     let acks = |v: Vec<gangway_core::drain::SubscriberAck>| {
         v.into_iter()
@@ -149,7 +158,13 @@ impl pb::registry_server::Registry for SessionService {
             ));
         };
         let (tx, rx) = mpsc::channel(OUTBOUND);
-        let session = Session::open(self.registry.clone(), peer, hello.client_name, tx);
+        let session = Session::open(
+            self.registry.clone(),
+            peer,
+            hello.client_name,
+            hello.client_id,
+            tx,
+        );
         tokio::spawn(session.run(inbound));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
     }
@@ -169,9 +184,10 @@ impl Session {
         registry: Registry,
         peer: String,
         client_name: String,
+        client_id: String,
         tx: mpsc::Sender<pb::ServerMessage>,
     ) -> Self {
-        let id = registry.open_session(peer.clone(), client_name.clone());
+        let id = registry.open_session(peer.clone(), client_name.clone(), client_id);
         Self {
             registry,
             id,
@@ -265,31 +281,46 @@ impl Session {
             Kind::Drain(d) => {
                 // Drains wait on acks, which arrive on this very stream: never block the reader.
                 let registry = self.registry.clone();
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    let result = async {
-                        let key = instance_key(d.instance)?;
-                        let timeout = if d.timeout_ms == 0 {
-                            DEFAULT_DRAIN_TIMEOUT
-                        } else {
-                            Duration::from_millis(d.timeout_ms)
-                        };
-                        let report = registry
-                            .drain(&service_key(d.service), &key, timeout, d.force)
-                            .await?;
-                        Ok(pb::Reply {
-                            revision: report.revision,
-                            drain: Some(pb_drain(report)),
-                            ..Default::default()
-                        })
-                    }
-                    .await;
-                    let _ = tx.send(reply(rid, result)).await;
+                self.reply_later(rid, async move {
+                    let key = instance_key(d.instance)?;
+                    let timeout = wait_timeout(d.timeout_ms);
+                    registry
+                        .drain(&service_key(d.service), &key, timeout, d.force)
+                        .await
+                });
+                return;
+            }
+            Kind::WaitReady(w) => {
+                let registry = self.registry.clone();
+                self.reply_later(rid, async move {
+                    let key = instance_key(w.instance)?;
+                    let timeout = wait_timeout(w.timeout_ms);
+                    registry
+                        .wait_ready(&service_key(w.service), &key, timeout)
+                        .await
                 });
                 return;
             }
         };
         let _ = self.tx.send(reply(rid, result)).await;
+    }
+
+    /// Answers request `rid` with the report of a wait that runs in its own task (the acks it
+    /// waits for arrive on this session's stream, whose reader must not block).
+    fn reply_later(
+        &self,
+        rid: u64,
+        wait: impl Future<Output = Result<DrainReport, ApiError>> + Send + 'static,
+    ) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let result = wait.await.map(|report| pb::Reply {
+                revision: report.revision,
+                drain: Some(pb_drain(report)),
+                ..Default::default()
+            });
+            let _ = tx.send(reply(rid, result)).await;
+        });
     }
 
     async fn register(&mut self, r: pb::Register) -> Result<pb::Reply, ApiError> {

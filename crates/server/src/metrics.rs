@@ -46,6 +46,8 @@ pub struct Metrics {
     pub drains_timed_out: Counter,
     /// Seconds drains waited.
     pub drain_wait: Histogram,
+    /// Stalls of the registry itself (its clock jumped; see `engine::hold`).
+    pub stalls: Counter,
 }
 
 impl Metrics {
@@ -65,6 +67,7 @@ impl Metrics {
             drains_complete: Counter::default(),
             drains_timed_out: Counter::default(),
             drain_wait: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            stalls: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("gangway");
         r.register(
@@ -119,6 +122,11 @@ impl Metrics {
             "drain_wait_seconds",
             "Time drains waited for acks",
             m.drain_wait.clone(),
+        );
+        r.register(
+            "stalls",
+            "Stalls of the registry itself (clock jumped between two ticks)",
+            m.stalls.clone(),
         );
         m
     }

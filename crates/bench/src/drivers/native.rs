@@ -50,6 +50,7 @@ impl Session {
             request_id: 0,
             kind: Some(pb::client_message::Kind::Hello(pb::Hello {
                 client_name: name.into(),
+                client_id: String::new(),
             })),
         })
         .await?;

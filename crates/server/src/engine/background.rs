@@ -6,6 +6,7 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 use gangway_store::Write;
 use tokio::time::Instant;
 
+use super::hold::ClockReading;
 use super::{Liveness, Registry};
 
 /// How often leases are checked.
@@ -20,7 +21,7 @@ impl Registry {
             let registry = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(warmup).await;
-                registry.inner.warm.send_replace(true);
+                registry.set_hold(|h| h.warmup = false);
                 tracing::info!(
                     warmup_ms = warmup.as_millis() as u64,
                     "warm-up over: pushing snapshots"
@@ -30,12 +31,18 @@ impl Registry {
         let weak = std::sync::Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(LEASE_CHECK);
+            // After a stall, one late tick (not a burst of the missed ones).
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_housekeeping = Instant::now();
             loop {
                 ticker.tick().await;
                 let Some(inner) = weak.upgrade() else { break };
                 let registry = Registry { inner };
-                registry.expire_leases(Instant::now());
+                let now = Instant::now();
+                if registry.observe_clock(now) == ClockReading::Recovering {
+                    continue; // expiry waits until the stall recovery is over
+                }
+                registry.expire_leases(now);
                 if last_housekeeping.elapsed() >= HOUSEKEEPING {
                     last_housekeeping = Instant::now();
                     registry.expire_pollers();
@@ -85,16 +92,16 @@ impl Registry {
     fn expire_pollers(&self) {
         let expiry = self.inner.config.poller_expiry;
         let mut state = self.lock();
-        let before = state.subscribers.len();
+        let mut left = Vec::new();
         state.subscribers.retain(|_, s| {
-            s.info.kind != super::SubscriberKind::Poller
-                || s.last_seen.elapsed() < s.expiry.unwrap_or(expiry)
+            let keep = s.info.kind != super::SubscriberKind::Poller
+                || s.last_seen.elapsed() < s.expiry.unwrap_or(expiry);
+            if !keep {
+                left.push(s.service.clone());
+            }
+            keep
         });
-        let left = before != state.subscribers.len();
-        drop(state);
-        if left {
-            self.inner.acks.send_modify(|n| *n += 1);
-        }
+        state.notify_acks(left);
     }
 
     async fn expire_marks(&self) {

@@ -1,4 +1,5 @@
-//! Ack-based drain (DESIGN §4).
+//! Ack-based drain and readiness (DESIGN §4): wait until every live subscriber of a service has
+//! acked a revision, at most a timeout.
 
 use std::time::Duration;
 
@@ -7,13 +8,15 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::Registry;
+use super::{Patch, Registry};
 use crate::error::ApiError;
 
-/// The outcome of a drain.
+/// The outcome of a drain (every live subscriber acked a revision *without* the instance) or
+/// of a readiness wait (every live subscriber acked a revision *with* it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DrainReport {
-    /// Revision that excludes the instance; subscribers had to ack this or later.
+    /// Revision waited for: subscribers had to ack this or later. For a drain the first
+    /// revision that excludes the instance, for a readiness wait one that contains it.
     pub revision: u64,
     /// Time waited for acks, ms.
     pub waited_ms: u64,
@@ -34,7 +37,9 @@ impl Registry {
     /// offline).
     ///
     /// Errors: 404 unknown instance; 409 when it is the last instance in the consumer view and
-    /// `force` is false (draining it would cut all traffic).
+    /// `force` is false (draining it would cut all traffic): the rule is checked and the
+    /// offline applied in one step, so of two racing drains of the last two instances one
+    /// is refused (see [`Registry::update`]).
     pub async fn drain(
         &self,
         service: &ServiceKey,
@@ -42,34 +47,15 @@ impl Registry {
         timeout: Duration,
         force: bool,
     ) -> Result<DrainReport, ApiError> {
-        {
-            let state = self.lock();
-            state.entry(service, key)?;
-            let view = state.services.get(service).map(|s| s.view());
-            let last = view.is_some_and(|v| v.contains(key) && v.instances.len() == 1);
-            if last && !force {
-                return Err(ApiError::conflict(format!(
-                    "{key} is the last serving instance of {service}; draining it would cut all \
-                     traffic (use force to drain anyway)"
-                )));
-            }
-        }
         let started = Instant::now();
-        let (revision, _) = self.set_enabled(service, key, false).await?;
-        self.inner.metrics.drains_started.inc();
-        let deadline = started + timeout;
-        let mut acks = self.inner.acks.subscribe();
-        let progress = loop {
-            acks.borrow_and_update();
-            let progress = AckProgress::of(revision, &self.subscriber_acks(service));
-            if progress.is_complete() || Instant::now() >= deadline {
-                break progress;
-            }
-            tokio::select! {
-                _ = acks.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
+        let patch = Patch {
+            enabled: Some(false),
+            force,
+            ..Patch::default()
         };
+        let (revision, _) = self.update(service, key, patch).await?;
+        self.inner.metrics.drains_started.inc();
+        let progress = self.wait_acks(service, revision, started + timeout).await;
         let waited = started.elapsed();
         let complete = progress.is_complete();
         self.inner.metrics.drain_wait.observe(waited.as_secs_f64());
@@ -78,31 +64,116 @@ impl Registry {
         } else {
             self.inner.metrics.drains_timed_out.inc();
         }
-        let mut notes = Vec::new();
-        if progress.acked.is_empty() && progress.laggards.is_empty() {
-            notes.push(format!(
-                "{service} has no live subscriber: nothing to wait for"
-            ));
-        }
+        let mut notes = common_notes(service, revision, waited, &progress);
         if let Some(note) = self.empty_list_note(service, key) {
             notes.push(note);
         }
-        if !complete {
+        tracing::info!(%service, instance = %key, revision, waited_ms = waited.as_millis() as u64, complete, "drain");
+        Ok(report(revision, waited, progress, notes))
+    }
+
+    /// Ack-based readiness: waits until every live subscriber of the service has acked a
+    /// revision that contains the instance in its consumer view (the service's revision when
+    /// the wait starts), at most `timeout`. The instance is not changed; bring it online first.
+    /// Subscribers that leave meanwhile leave the wait. Cancel-safe.
+    ///
+    /// Errors: 404 unknown instance; 409 when the instance is not in the consumer view
+    /// (offline, unhealthy or weight 0): no revision could make it ready.
+    pub async fn wait_ready(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        timeout: Duration,
+    ) -> Result<DrainReport, ApiError> {
+        let started = Instant::now();
+        let revision = {
+            let state = self.lock();
+            state.entry(service, key)?;
+            let entry = &state.services[service];
+            if !entry.view().contains(key) {
+                return Err(ApiError::conflict(format!(
+                    "{key} is not in the consumer view of {service} (offline, unhealthy or \
+                     weight 0): it cannot become ready"
+                )));
+            }
+            entry.revision
+        };
+        let progress = self.wait_acks(service, revision, started + timeout).await;
+        let waited = started.elapsed();
+        let mut notes = common_notes(service, revision, waited, &progress);
+        let still_in = self.view(service).contains(key);
+        if !still_in {
             notes.push(format!(
-                "timed out after {} ms with {} subscriber(s) behind revision {revision}",
-                waited.as_millis(),
-                progress.laggards.len()
+                "{key} left the consumer view of {service} during the wait"
             ));
         }
-        tracing::info!(%service, instance = %key, revision, waited_ms = waited.as_millis() as u64, complete, "drain");
-        Ok(DrainReport {
-            revision,
-            waited_ms: waited.as_millis() as u64,
-            complete,
-            acked: progress.acked,
-            laggards: progress.laggards,
-            notes,
-        })
+        let mut report = report(revision, waited, progress, notes);
+        report.complete &= still_in;
+        tracing::info!(%service, instance = %key, revision, waited_ms = report.waited_ms, complete = report.complete, "ready wait");
+        Ok(report)
+    }
+
+    /// Waits until every live subscriber of `service` acked `revision` or later, or until
+    /// `deadline`; wakes only on acks and departures of this service's subscribers.
+    async fn wait_acks(
+        &self,
+        service: &ServiceKey,
+        revision: u64,
+        deadline: Instant,
+    ) -> AckProgress {
+        let mut acks = {
+            let mut state = self.lock();
+            state.service(service).acks.subscribe()
+        };
+        loop {
+            acks.borrow_and_update();
+            let progress = AckProgress::of(revision, &self.subscriber_acks(service));
+            if progress.is_complete() || Instant::now() >= deadline {
+                return progress;
+            }
+            tokio::select! {
+                changed = acks.changed() => if changed.is_err() { return progress },
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+}
+
+fn common_notes(
+    service: &ServiceKey,
+    revision: u64,
+    waited: Duration,
+    progress: &AckProgress,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if progress.acked.is_empty() && progress.laggards.is_empty() {
+        notes.push(format!(
+            "{service} has no live subscriber: nothing to wait for"
+        ));
+    }
+    if !progress.is_complete() {
+        notes.push(format!(
+            "timed out after {} ms with {} subscriber(s) behind revision {revision}",
+            waited.as_millis(),
+            progress.laggards.len()
+        ));
+    }
+    notes
+}
+
+fn report(
+    revision: u64,
+    waited: Duration,
+    progress: AckProgress,
+    notes: Vec<String>,
+) -> DrainReport {
+    DrainReport {
+        revision,
+        waited_ms: waited.as_millis() as u64,
+        complete: progress.is_complete(),
+        acked: progress.acked,
+        laggards: progress.laggards,
+        notes,
     }
 }
 

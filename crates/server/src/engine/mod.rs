@@ -7,7 +7,7 @@
 //! re-sent pushes, and acks flow back through [`Registry::ack`]. [`Registry::drain`] waits on
 //! those acks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 
 mod background;
 mod drain;
+mod hold;
 mod probe;
 mod subscribers;
 #[cfg(test)]
@@ -53,15 +54,19 @@ pub enum Liveness {
     Lease(Lease),
     /// Persistent, probed by the registry.
     Probe(ProbeSpec),
+    /// Ephemeral, its session ended while the registry recovered from its own stall: kept,
+    /// owned by nobody, until a session registers it again or the recovery ends (then removed).
+    Grace,
 }
 
 impl Liveness {
-    /// `"session"`, `"lease"` or `"probe"`.
+    /// `"session"`, `"lease"`, `"probe"` or `"grace"`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Liveness::Session(_) => "session",
             Liveness::Lease(_) => "lease",
             Liveness::Probe(_) => "probe",
+            Liveness::Grace => "grace",
         }
     }
 }
@@ -111,6 +116,9 @@ pub struct Patch {
     pub metadata: Option<BTreeMap<String, String>>,
     /// Offline (`false`) or online (`true`), with the durable offline mark.
     pub enabled: Option<bool>,
+    /// Apply even when the change takes the last instance out of the consumer view (default
+    /// false: such a change is refused with 409).
+    pub force: bool,
 }
 
 /// Summary of one service, for listings.
@@ -137,6 +145,9 @@ pub(crate) struct ServiceEntry {
     pub(crate) instances: BTreeMap<InstanceKey, Entry>,
     pub(crate) revision: u64,
     pub(crate) tx: watch::Sender<Arc<Snapshot>>,
+    /// Bumped on every ack by a subscriber of this service and every such subscriber that
+    /// leaves: drains and readiness waits of this service wait on it, and only on it.
+    pub(crate) acks: watch::Sender<u64>,
 }
 
 impl ServiceEntry {
@@ -151,6 +162,7 @@ impl ServiceEntry {
             instances: BTreeMap::new(),
             revision: 0,
             tx,
+            acks: watch::channel(0).0,
         }
     }
 
@@ -181,10 +193,11 @@ pub(crate) struct MarkEntry {
     pub(crate) gone_since: Option<Instant>,
 }
 
-#[allow(dead_code)] // shown by future session listings
 pub(crate) struct SessionEntry {
     pub(crate) peer: String,
     pub(crate) client_name: String,
+    /// The client process's own id, the same on each of its sessions (empty: none given).
+    pub(crate) client_id: String,
 }
 
 #[derive(Default)]
@@ -194,6 +207,55 @@ pub(crate) struct State {
     pub(crate) subscribers: HashMap<String, subscribers::Subscriber>,
     pub(crate) marks: HashMap<(ServiceKey, InstanceKey), MarkEntry>,
     pub(crate) revision: u64,
+    /// Instances an update is taking out of the consumer view (reserved under the lock before
+    /// its store write, released when it is applied or failed): the last-serving rule counts
+    /// them as gone.
+    pub(crate) leaving: HashSet<(ServiceKey, InstanceKey)>,
+    /// Kinds reserved by registrations that are writing to the store, with their count.
+    pub(crate) pending_kinds: HashMap<ServiceKey, (Kind, usize)>,
+}
+
+/// What a [`Reservation`] holds.
+enum Reserved {
+    /// An instance an update is taking out of the consumer view ([`State::leaving`]).
+    Leaving(ServiceKey, InstanceKey),
+    /// A service's kind ([`State::pending_kinds`]).
+    Kind(ServiceKey),
+}
+
+/// Releases a reservation made under the state lock when the change holding it ends, however
+/// it ends (applied, failed, or its task dropped).
+pub(crate) struct Reservation {
+    registry: Registry,
+    what: Reserved,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut state = self.registry.lock();
+        match &self.what {
+            Reserved::Leaving(service, key) => {
+                state.leaving.remove(&(service.clone(), key.clone()));
+            }
+            Reserved::Kind(service) => {
+                if let Some(slot) = state.pending_kinds.get_mut(service) {
+                    slot.1 -= 1;
+                    if slot.1 == 0 {
+                        state.pending_kinds.remove(service);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The kind of service an instance with this liveness belongs in.
+fn kind_of(liveness: &Liveness) -> Kind {
+    if matches!(liveness, Liveness::Probe(_)) {
+        Kind::Persistent
+    } else {
+        Kind::Ephemeral
+    }
 }
 
 impl State {
@@ -218,11 +280,92 @@ impl State {
     }
 
     fn check_kind(&self, key: &ServiceKey, kind: Kind) -> Result<(), ApiError> {
-        match self.services.get(key).and_then(ServiceEntry::kind) {
+        let existing = self
+            .services
+            .get(key)
+            .and_then(ServiceEntry::kind)
+            .or_else(|| self.pending_kinds.get(key).map(|(k, _)| *k));
+        match existing {
             Some(existing) if existing != kind => Err(ApiError::conflict(format!(
                 "service {key} is {existing}; cannot register an instance of the other kind ({kind}) in it"
             ))),
             _ => Ok(()),
+        }
+    }
+
+    /// Whether `liveness` may (re-)register `instance` in `service` now: the kind fits, the
+    /// session exists, and no other client's session owns the instance.
+    fn check_register(
+        &self,
+        service: &ServiceKey,
+        instance: &Instance,
+        liveness: &Liveness,
+    ) -> Result<(), ApiError> {
+        self.check_kind(service, kind_of(liveness))?;
+        if let Liveness::Session(id) = liveness {
+            if !self.sessions.contains_key(id) {
+                return Err(ApiError::not_found(format!("no session {id}")));
+            }
+        }
+        let existing = self
+            .services
+            .get(service)
+            .and_then(|s| s.instances.get(&instance.key));
+        if let Some(Entry {
+            liveness: Liveness::Session(owner),
+            ..
+        }) = existing
+        {
+            let same_client = match liveness {
+                Liveness::Session(id) => id == owner || self.same_client(id, owner),
+                _ => false,
+            };
+            if !same_client {
+                return Err(self.owned_error(service, &instance.key, owner));
+            }
+        }
+        Ok(())
+    }
+
+    /// Two sessions of one client process (a reconnect): both gave the same client id.
+    fn same_client(&self, a: &str, b: &str) -> bool {
+        match (self.sessions.get(a), self.sessions.get(b)) {
+            (Some(a), Some(b)) => !a.client_id.is_empty() && a.client_id == b.client_id,
+            _ => false,
+        }
+    }
+
+    /// The 409 for touching an instance that `owner`'s session keeps alive.
+    fn owned_error(&self, service: &ServiceKey, key: &InstanceKey, owner: &str) -> ApiError {
+        let who = match self.sessions.get(owner) {
+            Some(s) if !s.client_name.is_empty() => {
+                format!("session {owner} (client {} at {})", s.client_name, s.peer)
+            }
+            Some(s) => format!("session {owner} (at {})", s.peer),
+            None => format!("session {owner}"),
+        };
+        ApiError::conflict(format!(
+            "instance {key} of {service} is kept alive by {who} and belongs to it; offline or \
+             drain take it out of traffic, and only its session (or force) removes it"
+        ))
+    }
+
+    /// Reserves `kind` for `service` while a registration writes to the store, so that a
+    /// racing registration of the other kind is refused.
+    fn reserve_kind(
+        &mut self,
+        registry: &Registry,
+        service: &ServiceKey,
+        kind: Kind,
+    ) -> Reservation {
+        let slot = self
+            .pending_kinds
+            .entry(service.clone())
+            .or_insert((kind, 0));
+        slot.1 += 1;
+        Reservation {
+            registry: registry.clone(),
+            what: Reserved::Kind(service.clone()),
         }
     }
 
@@ -242,6 +385,66 @@ impl State {
             .get_mut(key)
             .and_then(|s| s.instances.get_mut(instance))
             .ok_or_else(|| ApiError::not_found(format!("no instance {instance} in service {key}")))
+    }
+
+    /// The last-serving rule, checked and reserved in one step: when `updated` (the new state
+    /// of an instance of `service`) takes it out of the consumer view, and no other instance
+    /// would be left there (instances already reserved as leaving count as gone), refuses
+    /// unless `force`. Otherwise reserves it as leaving until the returned guard drops.
+    fn reserve_leaving(
+        &mut self,
+        registry: &Registry,
+        service: &ServiceKey,
+        updated: &Instance,
+        force: bool,
+    ) -> Result<Option<Reservation>, ApiError> {
+        let Some(entry) = self.services.get(service) else {
+            return Ok(None);
+        };
+        if !entry.view().contains(&updated.key) {
+            return Ok(None);
+        }
+        let after: Vec<Instance> = entry
+            .instances
+            .values()
+            .map(|e| {
+                let mut i = if e.instance.key == updated.key {
+                    updated.clone()
+                } else {
+                    e.instance.clone()
+                };
+                if self.leaving.contains(&(service.clone(), i.key.clone())) {
+                    i.enabled = false;
+                }
+                i
+            })
+            .collect();
+        let view = View::build(0, &after, entry.settings.protect_threshold);
+        if view.contains(&updated.key) {
+            return Ok(None);
+        }
+        if view.instances.is_empty() && !force {
+            return Err(ApiError::conflict(format!(
+                "{} is the last serving instance of {service}; taking it out of the consumer \
+                 view would cut all traffic (use force to do it anyway)",
+                updated.key
+            )));
+        }
+        self.leaving.insert((service.clone(), updated.key.clone()));
+        Ok(Some(Reservation {
+            registry: registry.clone(),
+            what: Reserved::Leaving(service.clone(), updated.key.clone()),
+        }))
+    }
+
+    /// Wakes the drains and readiness waits of these services (an ack arrived or a subscriber
+    /// left).
+    pub(crate) fn notify_acks(&self, services: impl IntoIterator<Item = ServiceKey>) {
+        for key in services {
+            if let Some(s) = self.services.get(&key) {
+                s.acks.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
     }
 
     /// Removes an instance, noting when a marked instance left. Does not publish.
@@ -273,9 +476,9 @@ pub(crate) struct Inner {
     durable: tokio::sync::Mutex<()>,
     pub(crate) config: Config,
     boot_id: String,
-    warm: watch::Sender<bool>,
-    /// Bumped on every ack and every subscriber that leaves: drains wait on it.
-    pub(crate) acks: watch::Sender<u64>,
+    /// Why snapshots are held back (warm-up after start, stall recovery, shutdown).
+    holds: watch::Sender<hold::Holds>,
+    clock: hold::StallClock,
     pub(crate) metrics: Metrics,
     probes: Mutex<HashMap<(ServiceKey, InstanceKey), tokio::task::AbortHandle>>,
     next_id: AtomicU64,
@@ -354,15 +557,18 @@ impl Registry {
                 ));
             }
         }
-        let warm = config.warmup.is_zero();
+        let holds = hold::Holds {
+            warmup: !config.warmup.is_zero(),
+            ..hold::Holds::default()
+        };
         let registry = Registry {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
                 store,
                 durable: tokio::sync::Mutex::new(()),
                 boot_id: format!("{boot_micros:x}"),
-                warm: watch::channel(warm).0,
-                acks: watch::channel(0).0,
+                holds: watch::channel(holds).0,
+                clock: hold::StallClock::new(Instant::now()),
                 metrics,
                 probes: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
@@ -400,15 +606,23 @@ impl Registry {
         &self.inner.config
     }
 
-    /// True while the warm-up after start holds back snapshots.
+    /// True while snapshots are held back: the warm-up after start, a recovery from the
+    /// registry's own stall, or a shutdown. Pulls are refused meanwhile (503 / `warming_up`).
     pub fn warming_up(&self) -> bool {
-        !*self.inner.warm.borrow()
+        self.inner.holds.borrow().any()
     }
 
-    /// Resolves once warm-up is over.
+    /// Resolves once snapshots flow (at once when they do).
     pub async fn warmed_up(&self) {
-        let mut rx = self.inner.warm.subscribe();
-        let _ = rx.wait_for(|warm| *warm).await;
+        let mut rx = self.inner.holds.subscribe();
+        let _ = rx.wait_for(|h| !h.any()).await;
+    }
+
+    /// Holds back every push from now on (server shutdown): subscribers keep the last view
+    /// they were sent, so ending their sessions afterwards shows no consumer a removal.
+    /// There is no way back; a stopping server calls it before it ends sessions.
+    pub fn hold_pushes(&self) {
+        self.set_hold(|h| h.shutdown = true);
     }
 
     async fn write(&self, batch: Vec<Write>) -> Result<(), ApiError> {
@@ -421,8 +635,16 @@ impl Registry {
 
     /// Registers (or re-registers, replacing fields) an instance.
     ///
+    /// `instance.enabled = false` registers it offline from its first revision, with its
+    /// durable offline mark (Nacos `enabled=false`); an existing offline mark keeps any
+    /// registration offline. An instance kept alive by a session belongs to that session: a
+    /// registration on a lease, a probe or another client's session is refused (a new session
+    /// of the same client, a reconnect, takes it over). Cancel-safe: once validated, the
+    /// registration runs to completion even if the future is dropped.
+    ///
     /// Errors: 400 on any invalid field (nothing changes), 404 for an unknown session,
-    /// 409 when the service holds instances of the other kind.
+    /// 409 when the service holds instances of the other kind, when a session owns the
+    /// instance, or when re-registering it offline would take the last serving instance out.
     pub async fn register(
         &self,
         service: ServiceKey,
@@ -434,50 +656,102 @@ impl Registry {
         validate::weight(instance.weight)?;
         validate::metadata(&instance.metadata)?;
         let liveness = self.bind_liveness(liveness)?;
-        let kind = if matches!(liveness, Liveness::Probe(_)) {
-            Kind::Persistent
-        } else {
-            Kind::Ephemeral
-        };
         let mut instance = instance;
-        instance.ephemeral = kind == Kind::Ephemeral;
+        instance.ephemeral = !matches!(liveness, Liveness::Probe(_));
         instance.healthy = true;
-        if let Liveness::Probe(probe) = &liveness {
-            let _durable = self.inner.durable.lock().await;
-            {
-                let state = self.lock();
-                state.check_kind(&service, kind)?;
-                if state
-                    .marks
-                    .contains_key(&(service.clone(), instance.key.clone()))
-                {
-                    instance.enabled = false;
-                }
-            }
-            let stored = StoredInstance {
-                instance: instance.clone(),
-                probe: probe.clone(),
-            };
-            self.write(vec![Write::PutInstance(service.clone(), stored)])
-                .await?;
-            let revision = {
-                let mut state = self.lock();
-                state.insert(&service, instance.clone(), liveness.clone())
-            };
-            self.start_probe(service.clone(), instance.key.clone(), probe.clone());
-            return Ok((revision, self.instance(&service, &instance.key)?));
-        }
-        let mut state = self.lock();
-        state.check_kind(&service, kind)?;
-        if let Liveness::Session(id) = &liveness {
-            if !state.sessions.contains_key(id) {
-                return Err(ApiError::not_found(format!("no session {id}")));
-            }
-        }
+        let registry = self.clone();
+        tokio::spawn(async move { registry.apply_register(service, instance, liveness).await })
+            .await
+            .map_err(|e| ApiError::Store(format!("register task failed: {e}")))?
+    }
+
+    async fn apply_register(
+        &self,
+        service: ServiceKey,
+        mut instance: Instance,
+        liveness: Liveness,
+    ) -> Result<(u64, Instance), ApiError> {
         let key = instance.key.clone();
-        let revision = state.insert(&service, instance, liveness);
-        let stored = state.entry(&service, &key)?.instance.clone();
-        Ok((revision, stored))
+        let mark_key = (service.clone(), key.clone());
+        let offline = !instance.enabled;
+        let probe = match &liveness {
+            Liveness::Probe(p) => Some(p.clone()),
+            _ => None,
+        };
+        // Only a persistent instance or a new offline mark needs the store.
+        let mut marked = self.lock().marks.contains_key(&mark_key);
+        let durable = if probe.is_some() || (offline && !marked) {
+            Some(self.inner.durable.lock().await)
+        } else {
+            None
+        };
+        let (batch, reservation) = {
+            let mut state = self.lock();
+            state.check_register(&service, &instance, &liveness)?;
+            marked = state.marks.contains_key(&mark_key);
+            if marked {
+                instance.enabled = false;
+            }
+            let mut batch = Vec::new();
+            if offline && !marked {
+                batch.push(Write::PutOfflineMark(
+                    service.clone(),
+                    key.clone(),
+                    OfflineMark { since_ms: now_ms() },
+                ));
+            }
+            if let Some(probe) = &probe {
+                batch.push(Write::PutInstance(
+                    service.clone(),
+                    StoredInstance {
+                        instance: instance.clone(),
+                        probe: probe.clone(),
+                    },
+                ));
+            }
+            // Fallible first: a reservation must not drop while the state lock is held.
+            let leaving = state.reserve_leaving(self, &service, &instance, false)?;
+            let kind =
+                (!batch.is_empty()).then(|| state.reserve_kind(self, &service, kind_of(&liveness)));
+            (batch, (kind, leaving))
+        };
+        if !batch.is_empty() {
+            self.write(batch).await?;
+        }
+        let applied = {
+            let mut state = self.lock();
+            state
+                .check_register(&service, &instance, &liveness)
+                .map(|()| {
+                    if !instance.enabled {
+                        state.marks.entry(mark_key).or_insert(MarkEntry {
+                            mark: OfflineMark { since_ms: now_ms() },
+                            gone_since: None,
+                        });
+                    }
+                    state.insert(&service, instance, liveness)
+                })
+        };
+        let revision = match applied {
+            Ok(revision) => revision,
+            Err(e) => {
+                // Only a session that ended (or took the instance) during the store write gets
+                // here, the kind being reserved: undo the mark this registration wrote.
+                if offline && !marked {
+                    let undo = vec![Write::DeleteOfflineMark(service.clone(), key.clone())];
+                    if let Err(undo_err) = self.write(undo).await {
+                        tracing::warn!(error = %undo_err, "could not undo an offline mark");
+                    }
+                }
+                return Err(e);
+            }
+        };
+        drop(reservation);
+        drop(durable);
+        if let Some(probe) = probe {
+            self.start_probe(service.clone(), key.clone(), probe);
+        }
+        Ok((revision, self.instance(&service, &key)?))
     }
 
     fn bind_liveness(&self, request: LivenessRequest) -> Result<Liveness, ApiError> {
@@ -546,24 +820,35 @@ impl Registry {
         Ok(self.lock().entry(service, key)?.instance.clone())
     }
 
-    /// Deletes an instance (and its durable record if persistent). Errors: 404.
+    /// Deletes an instance (and its durable record if persistent). An instance kept alive by
+    /// a session belongs to it: deleting it from elsewhere is refused unless `force` (its
+    /// session may still re-register it later).
+    ///
+    /// Errors: 404 unknown instance; 409 owned by a session and `force` is false.
     pub async fn deregister(
         &self,
         service: &ServiceKey,
         key: &InstanceKey,
+        force: bool,
     ) -> Result<u64, ApiError> {
-        let persistent = !self.lock().entry(service, key)?.instance.ephemeral;
+        let check = |state: &State| -> Result<bool, ApiError> {
+            let entry = state.entry(service, key)?;
+            if let (Liveness::Session(owner), false) = (&entry.liveness, force) {
+                return Err(state.owned_error(service, key, owner));
+            }
+            Ok(!entry.instance.ephemeral)
+        };
+        let persistent = check(&self.lock())?;
         if persistent {
             let _durable = self.inner.durable.lock().await;
-            self.lock().entry(service, key)?;
+            check(&self.lock())?;
             self.write(vec![Write::DeleteInstance(service.clone(), key.clone())])
                 .await?;
             self.stop_probe(service, key);
         }
         let mut state = self.lock();
-        state.remove(service, key).ok_or_else(|| {
-            ApiError::not_found(format!("no instance {key} in service {service}"))
-        })?;
+        check(&state)?;
+        state.remove(service, key);
         Ok(state.publish(service))
     }
 
@@ -588,7 +873,16 @@ impl Registry {
     }
 
     /// Changes weight, metadata and/or enabled (the latter with its durable offline mark).
-    /// Validates everything first; errors: 400, 404. Returns the new revision and instance.
+    /// Validates everything first. Returns the new revision and instance.
+    ///
+    /// An update that takes the instance out of the consumer view (offline, weight 0) while it
+    /// is the last instance there is refused unless `patch.force`: the check and the change
+    /// are one step (the instance is reserved as leaving under the state lock before the store
+    /// write, so a racing update of another instance counts it as gone already).
+    /// Cancel-safe: once past validation, the change runs to completion even if the future is
+    /// dropped.
+    ///
+    /// Errors: 400 on an invalid field, 404 unknown instance, 409 last serving instance.
     pub async fn update(
         &self,
         service: &ServiceKey,
@@ -601,10 +895,23 @@ impl Registry {
         if let Some(m) = &patch.metadata {
             validate::metadata(m)?;
         }
+        let registry = self.clone();
+        let (service, key) = (service.clone(), key.clone());
+        tokio::spawn(async move { registry.apply_update(&service, &key, patch).await })
+            .await
+            .map_err(|e| ApiError::Store(format!("update task failed: {e}")))?
+    }
+
+    async fn apply_update(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        patch: Patch,
+    ) -> Result<(u64, Instance), ApiError> {
         let _durable = self.inner.durable.lock().await;
         let mut batch = Vec::new();
-        let updated = {
-            let state = self.lock();
+        let (updated, _leaving) = {
+            let mut state = self.lock();
             let entry = state.entry(service, key)?;
             let mut instance = entry.instance.clone();
             if let Some(w) = patch.weight {
@@ -639,7 +946,8 @@ impl Registry {
                     },
                 ));
             }
-            instance
+            let leaving = state.reserve_leaving(self, service, &instance, patch.force)?;
+            (instance, leaving)
         };
         if !batch.is_empty() {
             self.write(batch).await?;
@@ -675,18 +983,22 @@ impl Registry {
         Ok((state.publish(service), instance))
     }
 
-    /// Sets an instance offline (`enabled=false`) or online, durably. Errors: 404.
+    /// Sets an instance offline (`enabled=false`) or online, durably. `force`: see
+    /// [`Patch::force`]. Errors: 404; 409 when offline would take the last instance out of the
+    /// consumer view and `force` is false.
     pub async fn set_enabled(
         &self,
         service: &ServiceKey,
         key: &InstanceKey,
         enabled: bool,
+        force: bool,
     ) -> Result<(u64, Instance), ApiError> {
         self.update(
             service,
             key,
             Patch {
                 enabled: Some(enabled),
+                force,
                 ..Patch::default()
             },
         )
@@ -796,18 +1108,30 @@ impl Registry {
             .ok_or_else(|| ApiError::not_found(format!("no service {service}")))
     }
 
-    /// Opens a session for a connected peer. Returns its id (`s<N>`).
-    pub fn open_session(&self, peer: String, client_name: String) -> String {
+    /// Opens a session for a connected peer. Returns its id (`s<N>`). `client_id` identifies
+    /// the client process across its sessions (the native `Hello.client_id`; Nacos: its peer
+    /// IP): a session with the same non-empty `client_id` as the one owning an instance may
+    /// register it, taking it over (a reconnect whose old connection is not closed yet).
+    pub fn open_session(&self, peer: String, client_name: String, client_id: String) -> String {
         let id = self.next_id("s");
-        self.lock()
-            .sessions
-            .insert(id.clone(), SessionEntry { peer, client_name });
+        self.lock().sessions.insert(
+            id.clone(),
+            SessionEntry {
+                peer,
+                client_name,
+                client_id,
+            },
+        );
         self.inner.metrics.sessions_opened.inc();
         id
     }
 
     /// Ends a session: its instances go at once, its subscriptions leave every drain's wait.
+    /// While the registry recovers from its own stall the instances stay instead, in
+    /// [`Liveness::Grace`], until their client registers them again on a new session or the
+    /// recovery ends (see `engine::hold`).
     pub fn close_session(&self, id: &str) {
+        let recovering = self.observe_clock(Instant::now()) == hold::ClockReading::Recovering;
         let mut state = self.lock();
         state.sessions.remove(id);
         let owned: Vec<(ServiceKey, InstanceKey)> = state
@@ -822,6 +1146,12 @@ impl Registry {
             .collect();
         let mut touched: Vec<ServiceKey> = Vec::new();
         for (svc, key) in owned {
+            if recovering {
+                if let Ok(entry) = state.entry_mut(&svc, &key) {
+                    entry.liveness = Liveness::Grace;
+                }
+                continue;
+            }
             state.remove(&svc, &key);
             if !touched.contains(&svc) {
                 touched.push(svc);
@@ -830,16 +1160,22 @@ impl Registry {
         for svc in &touched {
             state.publish(svc);
         }
-        let before = state.subscribers.len();
-        state
-            .subscribers
-            .retain(|_, s| s.session.as_deref() != Some(id));
-        let left = before != state.subscribers.len();
+        let mut left: Vec<ServiceKey> = Vec::new();
+        state.subscribers.retain(|_, s| {
+            let gone = s.session.as_deref() == Some(id);
+            if gone {
+                left.push(s.service.clone());
+            }
+            !gone
+        });
+        state.notify_acks(left);
         drop(state);
-        if left {
-            self.inner.acks.send_modify(|n| *n += 1);
-        }
-        tracing::debug!(session = id, services = touched.len(), "session closed");
+        tracing::debug!(
+            session = id,
+            services = touched.len(),
+            recovering,
+            "session closed"
+        );
     }
 
     /// Number of live sessions.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use gangway_core::model::{InstanceKey, ProbeKind, ProbeSpec, ServiceKey};
 
 use super::Registry;
+use super::hold::ClockReading;
 
 /// Longest a single probe may take, ms (capped by the interval).
 const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -24,7 +25,15 @@ impl Registry {
             ticker.tick().await;
             loop {
                 ticker.tick().await;
+                let epoch = registry.stall_epoch();
                 let ok = probe(&key, &spec, timeout).await;
+                // A probe that spans the registry's own stall, or fails while it recovers from
+                // one, says nothing about the instance (its timeout may have fired late).
+                let now = tokio::time::Instant::now();
+                let recovering = registry.observe_clock(now) == ClockReading::Recovering;
+                if registry.stall_epoch() != epoch || (!ok && recovering) {
+                    continue;
+                }
                 if ok {
                     passes += 1;
                     fails = 0;

@@ -115,8 +115,9 @@ impl Registry {
 
     /// Removes a subscriber; it leaves every drain's wait.
     pub fn unsubscribe(&self, id: &str) {
-        if self.lock().subscribers.remove(id).is_some() {
-            self.inner.acks.send_modify(|n| *n += 1);
+        let mut state = self.lock();
+        if let Some(sub) = state.subscribers.remove(id) {
+            state.notify_acks([sub.service]);
         }
     }
 
@@ -140,9 +141,10 @@ impl Registry {
                     .observe(at.elapsed().as_secs_f64());
             }
         }
+        let service = sub.service.clone();
+        state.notify_acks([service]);
         drop(state);
         self.inner.metrics.pushes_acked.inc();
-        self.inner.acks.send_modify(|n| *n += 1);
     }
 
     /// Records that `revision` was sent to `id`.
@@ -249,9 +251,11 @@ impl Registry {
             .collect()
     }
 
-    /// The pushes for subscriber `id`: nothing during warm-up, then the current snapshot, then
-    /// every change (coalesced: the latest wins), and the latest again every resend interval
-    /// while the subscriber has not acked it. Ends when the subscriber leaves.
+    /// The pushes for subscriber `id`: nothing while snapshots are held back (warm-up, stall
+    /// recovery, shutdown), then the current snapshot, then every change (coalesced: the latest
+    /// wins), and the latest again every resend interval while the subscriber has not acked it.
+    /// A hold that begins mid-stream stops the pushes until it ends; the latest snapshot goes
+    /// out then. Ends when the subscriber leaves.
     pub fn pushes(
         &self,
         id: String,
@@ -260,19 +264,27 @@ impl Registry {
         let registry = self.clone();
         let resend = self.inner.config.resend_interval;
         async_stream::stream! {
-            registry.warmed_up().await;
             rx.mark_changed();
             loop {
+                registry.warmed_up().await;
                 tokio::select! {
                     changed = rx.changed() => {
                         if changed.is_err() {
                             break;
+                        }
+                        if registry.warming_up() {
+                            // Held back: send the latest once the hold ends.
+                            rx.mark_changed();
+                            continue;
                         }
                         let snapshot = rx.borrow_and_update().clone();
                         registry.pushed(&id, snapshot.view.revision);
                         yield snapshot;
                     }
                     _ = tokio::time::sleep(resend) => {
+                        if registry.warming_up() {
+                            continue;
+                        }
                         let latest = rx.borrow().clone();
                         match registry.acked_below(&id, latest.view.revision) {
                             None => break,

@@ -111,19 +111,21 @@ async fn mixing_kinds_is_refused_with_409() {
 async fn offline_mark_survives_reregistration_and_restart() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
     let r = registry_with(store.clone(), Config::for_tests());
-    let session = r.open_session("127.0.0.1:1".into(), "t".into());
+    let session = r.open_session("127.0.0.1:1".into(), "t".into(), String::new());
     r.register(svc(), inst(1), LivenessRequest::Session(session.clone()))
         .await
         .unwrap();
     r.register(svc(), inst(2), LivenessRequest::Session(session.clone()))
         .await
         .unwrap();
-    r.set_enabled(&svc(), &inst(1).key, false).await.unwrap();
+    r.set_enabled(&svc(), &inst(1).key, false, false)
+        .await
+        .unwrap();
     assert!(!r.view(&svc()).contains(&inst(1).key));
     // The session reconnects: its instances go, then come back re-registered.
     r.close_session(&session);
     assert!(r.entries(&svc()).1.is_empty());
-    let again = r.open_session("127.0.0.1:2".into(), "t".into());
+    let again = r.open_session("127.0.0.1:2".into(), "t".into(), String::new());
     let (_, back) = r
         .register(svc(), inst(1), LivenessRequest::Session(again))
         .await
@@ -131,14 +133,14 @@ async fn offline_mark_survives_reregistration_and_restart() {
     assert!(!back.enabled, "offline mark must survive a reconnect");
     // A restart on the same store keeps the mark too.
     let restarted = registry_with(store, Config::for_tests());
-    let s = restarted.open_session("127.0.0.1:3".into(), "t".into());
+    let s = restarted.open_session("127.0.0.1:3".into(), "t".into(), String::new());
     let (_, back) = restarted
         .register(svc(), inst(1), LivenessRequest::Session(s))
         .await
         .unwrap();
     assert!(!back.enabled, "offline mark must survive a restart");
     restarted
-        .set_enabled(&svc(), &inst(1).key, true)
+        .set_enabled(&svc(), &inst(1).key, true, false)
         .await
         .unwrap();
     assert!(restarted.view(&svc()).contains(&inst(1).key));
@@ -152,12 +154,15 @@ async fn offline_mark_expires_after_the_instance_is_gone_long_enough() {
     };
     let r = registry_with(Arc::new(MemoryStore::default()), config);
     r.register(svc(), inst(1), lease()).await.unwrap();
-    r.set_enabled(&svc(), &inst(1).key, false).await.unwrap();
-    r.deregister(&svc(), &inst(1).key).await.unwrap();
+    // The only instance: offline needs force.
+    r.set_enabled(&svc(), &inst(1).key, false, true)
+        .await
+        .unwrap();
+    r.deregister(&svc(), &inst(1).key, false).await.unwrap();
     tokio::time::sleep(Duration::from_secs(30)).await;
     let (_, back) = r.register(svc(), inst(1), lease()).await.unwrap();
     assert!(!back.enabled, "gone 30 s < 60 s: mark kept");
-    r.deregister(&svc(), &inst(1).key).await.unwrap();
+    r.deregister(&svc(), &inst(1).key, false).await.unwrap();
     tokio::time::sleep(Duration::from_secs(70)).await;
     let (_, back) = r.register(svc(), inst(1), lease()).await.unwrap();
     assert!(back.enabled, "gone 70 s > 60 s: mark expired");
@@ -196,8 +201,8 @@ async fn leases_go_unhealthy_after_ttl_and_away_after_delete_timeout() {
 #[tokio::test]
 async fn closing_a_session_removes_its_instances_at_once() {
     let r = registry();
-    let a = r.open_session("127.0.0.1:1".into(), "a".into());
-    let b = r.open_session("127.0.0.1:2".into(), "b".into());
+    let a = r.open_session("127.0.0.1:1".into(), "a".into(), String::new());
+    let b = r.open_session("127.0.0.1:2".into(), "b".into(), String::new());
     r.register(svc(), inst(1), LivenessRequest::Session(a.clone()))
         .await
         .unwrap();
@@ -233,7 +238,10 @@ async fn persistent_instances_are_stored_and_reloaded() {
     let restarted = registry_with(store.clone(), Config::for_tests());
     let back = restarted.instance(&svc(), &inst(1).key).unwrap();
     assert_eq!((back.weight, back.ephemeral), (3.0, false));
-    restarted.deregister(&svc(), &inst(1).key).await.unwrap();
+    restarted
+        .deregister(&svc(), &inst(1).key, false)
+        .await
+        .unwrap();
     assert!(store.load().unwrap().instances.is_empty());
 }
 
@@ -438,7 +446,10 @@ async fn revisions_keep_growing_across_restarts() {
 async fn an_update_that_changes_nothing_publishes_nothing() {
     let r = registry();
     r.register(svc(), inst(1), lease()).await.unwrap();
-    let (rev, _) = r.set_enabled(&svc(), &inst(1).key, true).await.unwrap();
+    let (rev, _) = r
+        .set_enabled(&svc(), &inst(1).key, true, false)
+        .await
+        .unwrap();
     let before = r.view(&svc()).revision;
     assert_eq!(rev, before);
     let (again, _) = r

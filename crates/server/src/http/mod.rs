@@ -416,6 +416,8 @@ struct PatchBody {
     weight: Option<f64>,
     metadata: Option<BTreeMap<String, String>>,
     enabled: Option<bool>,
+    #[serde(default)]
+    force: bool,
 }
 
 async fn update(
@@ -429,6 +431,7 @@ async fn update(
         weight: body.weight,
         metadata: body.metadata,
         enabled: body.enabled,
+        force: body.force,
     };
     let (revision, instance) = s.registry.update(&key, &instance, patch).await?;
     Ok(Json(ChangeJson {
@@ -437,13 +440,31 @@ async fn update(
     }))
 }
 
+/// The query of `DELETE .../instances/{addr}`: the scope, and `force` to remove an instance
+/// that a session keeps alive.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    namespace: Option<String>,
+    group: Option<String>,
+    cluster: Option<String>,
+    #[serde(default)]
+    force: bool,
+}
+
 async fn deregister(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
-    ApiQuery(q): ApiQuery<Scope>,
+    ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> Result<Json<ChangeJson>, ApiError> {
-    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let revision = s.registry.deregister(&key, &instance).await?;
+    let scope = Scope {
+        namespace: q.namespace,
+        group: q.group,
+        cluster: q.cluster,
+        ..Scope::default()
+    };
+    let (key, instance) = (scope.service(&name)?, scope.instance(&addr)?);
+    let revision = s.registry.deregister(&key, &instance, q.force).await?;
     Ok(Json(ChangeJson {
         revision,
         instance: None,
@@ -462,35 +483,80 @@ async fn heartbeat(
     ))
 }
 
-async fn set_enabled(
-    s: AppState,
-    name: String,
-    addr: String,
-    q: Scope,
-    enabled: bool,
-) -> Result<Json<ChangeJson>, ApiError> {
-    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let (revision, instance) = s.registry.set_enabled(&key, &instance, enabled).await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: Some(instance),
-    }))
+/// An optional JSON body: empty (or only whitespace) takes `T::default()`; otherwise it must
+/// parse, or the request gets a 400 naming `body`.
+struct OptionalJson<T>(T);
+
+impl<S, T> FromRequest<S> for OptionalJson<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned + Default,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::invalid("body", e.body_text()))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(T::default()));
+        }
+        serde_json::from_slice(&bytes)
+            .map(Self)
+            .map_err(|e| ApiError::invalid("body", format!("invalid JSON body: {e}")))
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct OfflineBody {
+    #[serde(default)]
+    force: bool,
 }
 
 async fn offline(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
+    OptionalJson(body): OptionalJson<OfflineBody>,
 ) -> Result<Json<ChangeJson>, ApiError> {
-    set_enabled(s, name, addr, q, false).await
+    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    let (revision, instance) = s
+        .registry
+        .set_enabled(&key, &instance, false, body.force)
+        .await?;
+    Ok(Json(ChangeJson {
+        revision,
+        instance: Some(instance),
+    }))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct OnlineBody {
+    #[serde(default)]
+    wait: bool,
+    timeout_ms: Option<u64>,
 }
 
 async fn online(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<ChangeJson>, ApiError> {
-    set_enabled(s, name, addr, q, true).await
+    OptionalJson(body): OptionalJson<OnlineBody>,
+) -> Result<Response, ApiError> {
+    let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    let timeout = drain_timeout(body.timeout_ms);
+    let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
+    if !body.wait {
+        return Ok(Json(ChangeJson {
+            revision,
+            instance: Some(changed),
+        })
+        .into_response());
+    }
+    let report = s.registry.wait_ready(&key, &instance, timeout).await?;
+    Ok(Json(report).into_response())
 }
 
 #[derive(Deserialize, Default)]
@@ -501,24 +567,21 @@ struct DrainBody {
     force: bool,
 }
 
+/// A wait's timeout from `timeout_ms` (default [`DEFAULT_DRAIN_TIMEOUT`]).
+fn drain_timeout(timeout_ms: Option<u64>) -> Duration {
+    timeout_ms
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_DRAIN_TIMEOUT)
+}
+
 async fn drain(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    body: axum::body::Bytes,
+    OptionalJson(body): OptionalJson<DrainBody>,
 ) -> Result<Json<DrainReport>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    // The body is optional: an empty one takes the defaults.
-    let body: DrainBody = if body.iter().all(u8::is_ascii_whitespace) {
-        DrainBody::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::invalid("body", format!("invalid drain body: {e}")))?
-    };
-    let timeout = body
-        .timeout_ms
-        .map(Duration::from_millis)
-        .unwrap_or(DEFAULT_DRAIN_TIMEOUT);
+    let timeout = drain_timeout(body.timeout_ms);
     Ok(Json(
         s.registry
             .drain(&key, &instance, timeout, body.force)

@@ -519,7 +519,7 @@ impl Nacos {
                         .await?;
                     }
                     "deregisterInstance" => {
-                        match registry.deregister(&service, &instance.key).await {
+                        match registry.deregister(&service, &instance.key, false).await {
                             Ok(_) | Err(ApiError::NotFound { .. }) => {}
                             Err(e) => return Err(e.into()),
                         }
@@ -581,14 +581,12 @@ impl Nacos {
         disabled: bool,
         liveness: LivenessRequest,
     ) -> Result<(), Refusal> {
-        let key = instance.key.clone();
-        let registry = self.registry();
-        registry
-            .register(service.clone(), instance, liveness)
+        // Disabled from its first revision, with its offline mark: never published enabled.
+        let mut instance = instance;
+        instance.enabled = !disabled;
+        self.registry()
+            .register(service, instance, liveness)
             .await?;
-        if disabled {
-            registry.set_enabled(&service, &key, false).await?;
-        }
         Ok(())
     }
 
@@ -741,9 +739,12 @@ impl Nacos {
                 {
                     let mut st = c.lock();
                     if st.session.is_none() {
-                        let session = self
-                            .registry()
-                            .open_session(peer.to_string(), client_name.clone());
+                        let session = self.registry().open_session(
+                            peer.to_string(),
+                            client_name.clone(),
+                            // Nacos has no client id: one host's connections are one client.
+                            format!("nacos@{}", peer.ip()),
+                        );
                         tracing::debug!(%peer, session, client = %client_name, "nacos connection set up");
                         st.session = Some(session);
                     }

@@ -369,14 +369,13 @@ async fn register_parsed(nacos: &Nacos, r: Registration) -> Result<(), NacosErro
     } else {
         LivenessRequest::Probe(gangway_core::model::ProbeSpec::default())
     };
-    let registry = nacos.registry();
-    let key = r.instance.key.clone();
-    registry
-        .register(r.service.clone(), r.instance, liveness)
+    // Disabled from its first revision, with its offline mark: never published enabled.
+    let mut instance = r.instance;
+    instance.enabled = r.enabled;
+    nacos
+        .registry()
+        .register(r.service, instance, liveness)
         .await?;
-    if !r.enabled {
-        registry.set_enabled(&r.service, &key, false).await?;
-    }
     Ok(())
 }
 
@@ -390,7 +389,7 @@ async fn v1_deregister(State(nacos): State<Nacos>, p: Params) -> Result<&'static
     let service = p.service()?;
     let key = p.instance_key()?;
     p.bool("ephemeral")?;
-    match nacos.registry().deregister(&service, &key).await {
+    match nacos.registry().deregister(&service, &key, false).await {
         // Nacos answers ok for an unknown instance too.
         Ok(_) | Err(ApiError::NotFound { .. }) => Ok("ok"),
         Err(e) => Err(e.into()),
@@ -402,6 +401,7 @@ fn patch(p: &Params) -> Result<Patch, NacosError> {
         weight: p.weight()?,
         metadata: p.metadata()?,
         enabled: p.enabled()?,
+        force: false,
     })
 }
 
@@ -799,7 +799,7 @@ async fn v3_deregister(State(nacos): State<Nacos>, p: Params) -> V3 {
     V3(async {
         let service = p.service()?;
         let key = p.instance_key()?;
-        match nacos.registry().deregister(&service, &key).await {
+        match nacos.registry().deregister(&service, &key, false).await {
             Ok(_) => Ok(json!("ok")),
             Err(ApiError::NotFound { .. }) => Err(NacosError {
                 status: StatusCode::NOT_FOUND,

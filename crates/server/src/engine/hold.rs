@@ -1,0 +1,201 @@
+//! When snapshots are held back, and the registry's own stall (DESIGN §4; STYLE: "a clock jump
+//! of the process itself is a stall to survive, not a reason to expire").
+//!
+//! Pushes stop while any hold is on: the warm-up after start (sessions re-register before
+//! anything is published), a stall recovery, and a shutdown (which never ends). Subscribers
+//! keep the last view they were sent meanwhile.
+//!
+//! A stall is a jump of the process's monotonic clock between two ticks of its own timer by
+//! more than [`Config::stall_threshold`](crate::Config::stall_threshold): SIGSTOP, a VM pause,
+//! swapping. Every peer's timers ran on during it, the registry's did not; so the registry
+//! treats it like a restart, as etcd's lessor does after a leader change: every lease and
+//! poller is extended by the stall, snapshots are held back for
+//! [`Config::stall_recovery`](crate::Config::stall_recovery), sessions that end meanwhile
+//! leave their instances in [`Liveness::Grace`] (their clients reconnect and re-register them),
+//! lease expiry, poller expiry and probe failures wait, and only when the recovery ends is
+//! what is really gone removed and published.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use gangway_core::model::{InstanceKey, ServiceKey};
+use tokio::time::Instant;
+
+use super::{Liveness, Registry};
+
+/// Why snapshots are held back; pushes flow when none is set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Holds {
+    pub(crate) warmup: bool,
+    pub(crate) recovery: bool,
+    pub(crate) shutdown: bool,
+}
+
+impl Holds {
+    pub(crate) fn any(self) -> bool {
+        self.warmup || self.recovery || self.shutdown
+    }
+}
+
+/// The stall detector's clock.
+pub(crate) struct StallClock {
+    inner: Mutex<ClockState>,
+}
+
+struct ClockState {
+    /// The last time the registry looked at its clock (timer tick or a removal path).
+    last_seen: Instant,
+    /// Set while recovering from a stall: the recovery ends then.
+    recovering_until: Option<Instant>,
+    /// Bumped on every stall; a probe that spans a change discards its result.
+    epoch: u64,
+}
+
+impl StallClock {
+    pub(crate) fn new(now: Instant) -> Self {
+        Self {
+            inner: Mutex::new(ClockState {
+                last_seen: now,
+                recovering_until: None,
+                epoch: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What [`Registry::observe_clock`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClockReading {
+    /// Time moves normally and no recovery runs.
+    Normal,
+    /// A recovery runs (it may have started just now).
+    Recovering,
+}
+
+impl Registry {
+    /// Looks at the clock: when it jumped by more than the stall threshold since the last look,
+    /// starts a stall recovery. Called by the background timer every tick and by every path that
+    /// removes or expires something, before it does, so that whichever task runs first after a
+    /// stall notices it.
+    pub(crate) fn observe_clock(&self, now: Instant) -> ClockReading {
+        let threshold = self.inner.config.stall_threshold;
+        let stall = {
+            let mut clock = self.inner.clock.lock();
+            let gap = now.saturating_duration_since(clock.last_seen);
+            clock.last_seen = clock.last_seen.max(now);
+            if gap > threshold {
+                clock.epoch += 1;
+                clock.recovering_until = Some(now + self.inner.config.stall_recovery);
+                Some(gap)
+            } else {
+                None
+            }
+        };
+        if let Some(gap) = stall {
+            self.begin_recovery(gap);
+            return ClockReading::Recovering;
+        }
+        if self.recovering(now) {
+            ClockReading::Recovering
+        } else {
+            ClockReading::Normal
+        }
+    }
+
+    /// True while a stall recovery runs.
+    pub(crate) fn recovering(&self, now: Instant) -> bool {
+        self.inner
+            .clock
+            .lock()
+            .recovering_until
+            .is_some_and(|until| now < until)
+    }
+
+    /// Bumped on every stall.
+    pub(crate) fn stall_epoch(&self) -> u64 {
+        self.inner.clock.lock().epoch
+    }
+
+    /// Changes the holds and publishes whether pushes may flow.
+    pub(crate) fn set_hold(&self, change: impl FnOnce(&mut Holds)) {
+        self.inner.holds.send_modify(change);
+    }
+
+    fn begin_recovery(&self, gap: Duration) {
+        tracing::warn!(
+            stall_ms = gap.as_millis() as u64,
+            recovery_ms = self.inner.config.stall_recovery.as_millis() as u64,
+            "the registry itself stalled: leases extended, snapshots held back while sessions reconnect"
+        );
+        self.inner.metrics.stalls.inc();
+        self.set_hold(|h| h.recovery = true);
+        {
+            let mut state = self.lock();
+            for service in state.services.values_mut() {
+                for entry in service.instances.values_mut() {
+                    if let Liveness::Lease(lease) = &mut entry.liveness {
+                        lease.last_heartbeat += gap;
+                    }
+                }
+            }
+            for sub in state.subscribers.values_mut() {
+                sub.last_seen += gap;
+            }
+        }
+        let (epoch, until) = {
+            let clock = self.inner.clock.lock();
+            (clock.epoch, clock.recovering_until)
+        };
+        let Some(until) = until else { return };
+        let registry = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(until).await;
+            registry.end_recovery(epoch);
+        });
+    }
+
+    /// Ends the recovery started at `epoch` unless a later stall extended it: removes the
+    /// instances whose session ended and that no session registered again, then lets pushes
+    /// flow (unless another hold is on).
+    fn end_recovery(&self, epoch: u64) {
+        {
+            let mut clock = self.inner.clock.lock();
+            if clock.epoch != epoch {
+                return; // a later stall extended the recovery; its own timer ends it
+            }
+            clock.recovering_until = None;
+        }
+        let mut state = self.lock();
+        let gone: Vec<(ServiceKey, InstanceKey)> = state
+            .services
+            .iter()
+            .flat_map(|(svc, s)| {
+                s.instances
+                    .values()
+                    .filter(|e| matches!(e.liveness, Liveness::Grace))
+                    .map(move |e| (svc.clone(), e.instance.key.clone()))
+            })
+            .collect();
+        let mut touched: Vec<ServiceKey> = Vec::new();
+        for (svc, key) in gone {
+            tracing::info!(service = %svc, instance = %key, "stall recovery over: session did not come back, removed");
+            state.remove(&svc, &key);
+            touched.push(svc);
+        }
+        touched.sort();
+        touched.dedup();
+        for svc in &touched {
+            state.publish(svc);
+        }
+        drop(state);
+        self.set_hold(|h| h.recovery = false);
+        tracing::info!(
+            removed = touched.len(),
+            "stall recovery over: pushing snapshots"
+        );
+    }
+}

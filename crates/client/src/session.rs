@@ -540,15 +540,16 @@ impl Worker {
             tracing::debug!(%service, "snapshot for a service no longer subscribed");
             return;
         };
-        let revision = snapshot.revision;
-        if entry.cache.accept(revision) {
+        if entry.cache.accept(snapshot.revision) {
             entry
                 .tx
                 .send_replace(Arc::new(wire::view_from_snapshot(&snapshot)));
         }
+        // The revision the cache holds now: acking an older snapshot's own revision would be
+        // harmless (the registry ignores older acks) but acking what we hold is the truth.
         let ack = Out::Ack(pb::Ack {
             service: Some(wire::service_to_pb(&service)),
-            revision,
+            revision: entry.cache.revision,
         });
         self.send(0, ack);
     }

@@ -39,10 +39,14 @@ struct Guard {
 
 /// Whether a snapshot replaces the cached view: the snapshot-acceptance rule.
 ///
-/// A snapshot is applied when its revision differs from the cached one. The first snapshot of
-/// a subscription, and the first after each reconnect, is applied whatever its revision: the
-/// registry may have restarted and reused (or gone below) the revision we hold. Every snapshot
-/// is acked, applied or not (an unapplied one carries the revision we already hold).
+/// A snapshot is applied only when its revision is newer than the cached one: revisions only
+/// grow on one registry (seeded from its boot time), and a pull reply and a push leave the
+/// server from different tasks on one stream, so an older snapshot may arrive after a newer
+/// one and must not take the cache back. The first snapshot of a subscription, and the first
+/// after each reconnect, is applied whatever its revision: the registry may have restarted
+/// and handed out lower revisions. Only an applied snapshot is acked with its own revision; an
+/// older one is acked with the revision the cache holds (which the registry already counts),
+/// so no ack ever claims a view the client does not hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CacheState {
     /// Revision of the cached view.
@@ -158,11 +162,14 @@ impl CacheState {
         }
     }
 
-    /// Records a snapshot at `revision`; `true` when it must replace the cached view.
+    /// Records a snapshot at `revision`; `true` when it must replace the cached view (then
+    /// `self.revision` becomes `revision`; otherwise it stays).
     pub(crate) fn accept(&mut self, revision: u64) -> bool {
-        let apply = self.fresh || revision != self.revision;
-        self.revision = revision;
-        self.fresh = false;
+        let apply = self.fresh || revision > self.revision;
+        if apply {
+            self.revision = revision;
+            self.fresh = false;
+        }
         apply
     }
 }
@@ -179,16 +186,18 @@ mod tests {
     }
 
     #[test]
-    fn only_a_different_revision_is_applied() {
+    fn only_a_newer_revision_is_applied() {
         let mut c = CacheState::new();
         assert!(c.accept(5));
         assert!(!c.accept(5));
         assert!(c.accept(6));
         assert!(
-            c.accept(4),
-            "a different revision is applied even when lower"
+            !c.accept(4),
+            "an older snapshot (a pull reply overtaken by a push) must not take the cache back"
         );
-        assert_eq!(c.revision, 4);
+        assert_eq!(c.revision, 6);
+        assert!(c.accept(7));
+        assert_eq!(c.revision, 7);
     }
 
     #[test]

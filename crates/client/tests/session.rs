@@ -434,6 +434,50 @@ async fn duplicate_snapshots_are_acked_but_not_reapplied_and_pull_falls_back() {
     c1.ok(m.request_id, 0);
 }
 
+/// Issue 9 part 2: a pull reply (revision N) overtaken by a push (N+1) on the one stream must
+/// not take the cache back to N after N+1 was acked, or a drain could count this client as
+/// holding N+1 while it routes by N.
+#[tokio::test]
+async fn an_older_snapshot_after_a_newer_one_is_not_applied() {
+    let (addr, mut conns) = start_fake().await;
+    let cfg = config(&addr).with_refresh(Duration::from_millis(50));
+    let (client, mut c1) = connected(&mut conns, cfg).await;
+    let svc = ServiceKey::named("orders");
+    let subscribing = tokio::spawn({
+        let client = client.clone();
+        let svc = svc.clone();
+        async move { client.subscribe(svc).await }
+    });
+    let m = c1.recv().await;
+    assert!(matches!(m.kind, Some(Out::Subscribe(_))), "{m:?}");
+    c1.ok(m.request_id, 0);
+    let sub = timeout(WAIT, subscribing).await.unwrap().unwrap().unwrap();
+    let rx = sub.receiver();
+    let ack_of = |m: pb::ClientMessage| match m.kind {
+        Some(Out::Ack(a)) => a.revision,
+        other => panic!("expected Ack, got {other:?}"),
+    };
+
+    // The pull goes out while the registry is at N = 10 (two instances)...
+    let pull = c1.recv().await;
+    assert!(matches!(pull.kind, Some(Out::Pull(_))), "{pull:?}");
+    // ...but the push of N+1 (one instance drained away) arrives first,
+    c1.snapshot(&svc, 11, &["10.0.0.1"], 0);
+    assert_eq!(ack_of(c1.recv_no_pull().await), 11);
+    // and the pull's reply at N arrives after it.
+    c1.snapshot(&svc, 10, &["10.0.0.1", "10.0.0.2"], pull.request_id);
+    assert_eq!(
+        ack_of(c1.recv_no_pull().await),
+        11,
+        "the ack says what the cache holds"
+    );
+    let view = rx.borrow().clone();
+    assert_eq!(view.revision, 11, "older snapshot applied: {view:?}");
+    assert_eq!(view.instances.len(), 1);
+    assert_eq!(sub.pick().unwrap().key.ip, "10.0.0.1");
+    drop(client);
+}
+
 #[tokio::test]
 async fn rejections_drain_and_deregister() {
     let (addr, mut conns) = start_fake().await;

@@ -423,11 +423,17 @@ impl Registry {
     }
 
     /// `DELETE /v1/services/{service}/instances/{addr}`.
-    pub async fn deregister(&self, inst: &InstanceArgs) -> Result<Reply<Revision>, ApiError> {
-        let req = self
-            .http
-            .delete(self.instance_url(inst, ""))
-            .query(&instance_query(inst));
+    /// `force`: remove it even when a session keeps it alive.
+    pub async fn deregister(
+        &self,
+        inst: &InstanceArgs,
+        force: bool,
+    ) -> Result<Reply<Revision>, ApiError> {
+        let mut query = instance_query(inst);
+        if force {
+            query.push(("force", "true".into()));
+        }
+        let req = self.http.delete(self.instance_url(inst, "")).query(&query);
         self.send(req, CALL_TIMEOUT).await
     }
 
@@ -440,12 +446,17 @@ impl Registry {
         self.send(req, CALL_TIMEOUT).await
     }
 
-    /// `POST .../instances/{addr}/offline`.
-    pub async fn offline(&self, inst: &InstanceArgs) -> Result<Reply<InstanceChange>, ApiError> {
+    /// `POST .../instances/{addr}/offline`; `force`: even the last serving instance.
+    pub async fn offline(
+        &self,
+        inst: &InstanceArgs,
+        force: bool,
+    ) -> Result<Reply<InstanceChange>, ApiError> {
         let req = self
             .http
             .post(self.instance_url(inst, "/offline"))
-            .query(&instance_query(inst));
+            .query(&instance_query(inst))
+            .json(&serde_json::json!({ "force": force }));
         self.send(req, CALL_TIMEOUT).await
     }
 

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub drain_wait: Histogram,
     /// Stalls of the registry itself (its clock jumped; see `engine::hold`).
     pub stalls: Counter,
+    /// Scans of a service's subscriber table by a waiting drain or readiness wait (one per
+    /// wake-up): the cost of ack bookkeeping.
+    pub ack_wait_scans: Counter,
 }
 
 impl Metrics {
@@ -68,6 +71,7 @@ impl Metrics {
             drains_timed_out: Counter::default(),
             drain_wait: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
             stalls: Counter::default(),
+            ack_wait_scans: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("gangway");
         r.register(
@@ -127,6 +131,11 @@ impl Metrics {
             "stalls",
             "Stalls of the registry itself (clock jumped between two ticks)",
             m.stalls.clone(),
+        );
+        r.register(
+            "ack_wait_scans",
+            "Subscriber table scans by waiting drains and readiness waits (one per wake-up)",
+            m.ack_wait_scans.clone(),
         );
         m
     }

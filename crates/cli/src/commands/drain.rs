@@ -36,8 +36,9 @@ pub struct OfflineArgs {
     /// With --wait: longest wait for acks, seconds or 500ms/30s/1m.
     #[arg(long, value_name = "S", value_parser = parse_duration, default_value = "30", allow_negative_numbers = true, requires = "wait")]
     pub timeout: Duration,
-    /// With --wait: drain even the last serving instance of the service.
-    #[arg(long, requires = "wait")]
+    /// Take it out even when it is the last serving instance of the service (without
+    /// --force the registry refuses that, with or without --wait).
+    #[arg(long)]
     pub force: bool,
 }
 
@@ -74,7 +75,7 @@ pub async fn offline(ctx: &Context, args: OfflineArgs) -> Outcome {
     if args.wait {
         return run_drain(ctx, &args.instance, args.timeout, args.force).await;
     }
-    let reply = ctx.registry.offline(&args.instance).await?;
+    let reply = ctx.registry.offline(&args.instance, args.force).await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {

@@ -81,6 +81,10 @@ pub struct DeregisterArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub instance: InstanceArgs,
+    /// Remove it even when a session keeps it alive (it belongs to that session; the registry
+    /// refuses otherwise, and `offline`/`drain` take it out of traffic instead).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Arguments of `gangway heartbeat`.
@@ -171,7 +175,7 @@ pub async fn register(ctx: &Context, args: RegisterArgs) -> Outcome {
 
 /// `gangway deregister`.
 pub async fn deregister(ctx: &Context, args: DeregisterArgs) -> Outcome {
-    let reply = ctx.registry.deregister(&args.instance).await?;
+    let reply = ctx.registry.deregister(&args.instance, args.force).await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {

@@ -127,6 +127,7 @@ impl Registry {
         };
         loop {
             acks.borrow_and_update();
+            self.inner.metrics.ack_wait_scans.inc();
             let progress = AckProgress::of(revision, &self.subscriber_acks(service));
             if progress.is_complete() || Instant::now() >= deadline {
                 return progress;

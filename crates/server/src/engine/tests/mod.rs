@@ -471,3 +471,6 @@ async fn an_update_that_changes_nothing_publishes_nothing() {
     assert!(changed > before);
     assert_eq!(i.weight, 3.0);
 }
+
+mod rules;
+mod stall;

@@ -1,0 +1,148 @@
+//! The registry's own stall (issue 9 part 3; engine::hold), on tokio's paused clock: the clock
+//! jumps with no task running, as after SIGSTOP/SIGCONT of the server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use gangway_store::MemoryStore;
+
+use super::*;
+
+fn stalling_registry() -> Registry {
+    let config = Config {
+        stall_recovery: Duration::from_secs(5),
+        ..Config::for_tests()
+    };
+    registry_with(Arc::new(MemoryStore::default()), config)
+}
+
+fn short_lease() -> LivenessRequest {
+    LivenessRequest::Lease {
+        ttl: Some(Duration::from_secs(1)),
+        delete_timeout: Some(Duration::from_secs(2)),
+    }
+}
+
+fn watcher() -> SubscriberInfo {
+    SubscriberInfo {
+        kind: SubscriberKind::Watch,
+        address: "127.0.0.1:9".into(),
+        client_name: "watch".into(),
+        session: None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_extends_leases_holds_pushes_and_keeps_sessions_that_come_back() {
+    let r = stalling_registry();
+    let app = r.open_session("127.0.0.1:1".into(), "app".into(), "app-1".into());
+    let gone = r.open_session("127.0.0.1:2".into(), "gone".into(), "gone-1".into());
+    r.register(svc(), inst(1), LivenessRequest::Session(app.clone()))
+        .await
+        .unwrap();
+    r.register(svc(), inst(2), short_lease()).await.unwrap();
+    r.register(svc(), inst(3), LivenessRequest::Session(gone.clone()))
+        .await
+        .unwrap();
+    let (id, rx) = r.subscribe(&svc(), watcher()).unwrap();
+    let pushes = r.pushes(id.clone(), rx);
+    futures::pin_mut!(pushes);
+    let first = pushes.next().await.unwrap();
+    assert_eq!(first.view.instances.len(), 3);
+    r.ack(&id, first.view.revision);
+    r.heartbeat(&svc(), &inst(2).key).unwrap();
+
+    // The registry freezes for 10 s; the lease had 1 s of TTL. On resume the kernel has the
+    // sessions' connections closed (their clients gave up on the frozen server).
+    tokio::time::advance(Duration::from_secs(10)).await;
+    r.close_session(&app);
+    r.close_session(&gone);
+    assert_eq!(r.inner.metrics.stalls.get(), 1, "the stall was noticed");
+    assert!(r.warming_up(), "snapshots held back during the recovery");
+    let view = r.view(&svc());
+    assert_eq!(
+        view.instances.len(),
+        3,
+        "nothing evicted: {:?}",
+        view.instances
+    );
+    assert!(view.instances.iter().all(|i| i.healthy));
+    let (_, entries) = r.entries(&svc());
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e.liveness == Liveness::Grace)
+            .count(),
+        2
+    );
+
+    // Nothing is pushed while the sessions come back...
+    let quiet = tokio::time::timeout(Duration::from_secs(2), pushes.next()).await;
+    assert!(quiet.is_err(), "pushed during the recovery: {quiet:?}");
+    // ...and the app's client reconnects and re-registers (a new session, any client may
+    // take over a grace instance); the lease's client heartbeats at TTL/3 again.
+    let again = r.open_session("127.0.0.1:3".into(), "app".into(), "app-1".into());
+    r.register(svc(), inst(1), LivenessRequest::Session(again.clone()))
+        .await
+        .unwrap();
+    let beats = tokio::spawn({
+        let r = r.clone();
+        async move {
+            for _ in 0..100 {
+                r.heartbeat(&svc(), &inst(2).key).unwrap();
+                tokio::time::sleep(Duration::from_millis(333)).await;
+            }
+        }
+    });
+
+    // When the recovery ends, what did not come back goes, in one push.
+    let next = tokio::time::timeout(Duration::from_secs(10), pushes.next())
+        .await
+        .expect("pushes resume after the recovery")
+        .unwrap();
+    let keys: Vec<_> = next.view.instances.iter().map(|i| i.key.clone()).collect();
+    assert_eq!(keys, vec![inst(1).key, inst(2).key]);
+    assert!(!r.warming_up());
+    let (_, entries) = r.entries(&svc());
+    assert_eq!(entries[0].liveness, Liveness::Session(again));
+    beats.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_expiry_resumes_after_the_recovery() {
+    let r = stalling_registry();
+    r.register(svc(), inst(1), short_lease()).await.unwrap();
+    tokio::time::advance(Duration::from_secs(30)).await;
+    // Let the background timer notice and run through the recovery.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(r.inner.metrics.stalls.get(), 1);
+    assert!(r.instance(&svc(), &inst(1).key).unwrap().healthy);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        r.instance(&svc(), &inst(1).key).unwrap().healthy,
+        "no expiry during the recovery"
+    );
+    // No heartbeat came after the resume: once the recovery is over, the lease is expired.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        r.instance(&svc(), &inst(1).key).is_err(),
+        "really gone: removed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_scheduling_delay_is_not_a_stall() {
+    let r = stalling_registry();
+    let s = r.open_session("127.0.0.1:1".into(), "a".into(), "a".into());
+    r.register(svc(), inst(1), LivenessRequest::Session(s.clone()))
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(900)).await;
+    r.close_session(&s);
+    assert_eq!(r.inner.metrics.stalls.get(), 0);
+    assert!(
+        r.view(&svc()).instances.is_empty(),
+        "a session that ends normally takes its instances at once"
+    );
+}

@@ -29,7 +29,9 @@ fn watch(server: &Server, service: &str) -> Seen {
     let sink = seen.clone();
     tokio::spawn(async move {
         // One connection for the whole test: a reconnect would start from a fresh snapshot.
-        let Ok(resp) = reqwest::get(url).await else { return };
+        let Ok(resp) = reqwest::get(url).await else {
+            return;
+        };
         let mut body = resp.bytes_stream();
         let mut buf = String::new();
         while let Some(Ok(chunk)) = body.next().await {
@@ -101,7 +103,9 @@ async fn a_frozen_registry_evicts_nothing_when_it_resumes() {
     }
     for service in ["demo", "leases", "stock"] {
         let listed = poll(Duration::from_secs(10), || async {
-            let v = server.get(&format!("/v1/services/{service}/instances")).await;
+            let v = server
+                .get(&format!("/v1/services/{service}/instances"))
+                .await;
             (v["instances"].as_array().map_or(0, Vec::len) == 3).then_some(())
         })
         .await;
@@ -168,8 +172,14 @@ async fn a_frozen_registry_evicts_nothing_when_it_resumes() {
         assert_eq!(list.len(), 3, "{service}: evicted after the stall: {all}");
         assert_eq!(healthy, 3, "{service}: unhealthy after the stall: {all}");
         assert!(!seen.is_empty(), "{service}: the watcher got views");
-        assert_eq!(fewest, 3, "{service}: a watcher saw a live instance missing: {seen:?}");
-        assert_eq!(unhealthy_seen, 0, "{service}: a watcher saw an instance unhealthy");
+        assert_eq!(
+            fewest, 3,
+            "{service}: a watcher saw a live instance missing: {seen:?}"
+        );
+        assert_eq!(
+            unhealthy_seen, 0,
+            "{service}: a watcher saw an instance unhealthy"
+        );
     }
     let out = client.rest_of_stdout(Duration::from_secs(30)).await;
     let report: Value = serde_json::from_str(out.trim()).expect("demo-client JSON");

@@ -203,6 +203,66 @@ async fn v1_modify_enabled_false_is_the_durable_offline() {
     assert!(!instance.enabled);
 }
 
+/// Issue 9 parts 1 and 7 over Nacos v1: `enabled=false` keeps the last serving instance, and an
+/// instance a session keeps alive cannot be taken over or deleted by a v1 client.
+#[tokio::test]
+async fn v1_cannot_empty_the_view_nor_take_over_a_session_instance() {
+    let app = app();
+    app.call(Method::POST, REG).await;
+    let (status, body) = app
+        .form(
+            Method::PUT,
+            "/nacos/v1/ns/instance",
+            "serviceName=orders&ip=10.0.0.1&port=8080&enabled=false",
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("last serving instance"), "{body}");
+    assert_eq!(
+        app.list("serviceName=orders").await["hosts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let session = app
+        .registry
+        .open_session("127.0.0.1:9".into(), "native".into(), "n1".into());
+    let owned = InstanceKey::new("10.0.0.7", 8080, "");
+    app.registry
+        .register(
+            ServiceKey::named("orders"),
+            gangway_core::model::Instance::new(owned.clone()),
+            crate::engine::LivenessRequest::Session(session),
+        )
+        .await
+        .unwrap();
+    let before = app.list("serviceName=orders").await;
+    let (status, body) = app
+        .call(
+            Method::POST,
+            "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.7&port=8080&weight=5",
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("kept alive by session"), "{body}");
+    let (status, body) = app
+        .call(
+            Method::DELETE,
+            "/nacos/v1/ns/instance?serviceName=orders&ip=10.0.0.7&port=8080",
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let after = app.list("serviceName=orders").await;
+    assert_eq!(before["hosts"], after["hosts"], "refusals changed nothing");
+    let stored = app
+        .registry
+        .instance(&ServiceKey::named("orders"), &owned)
+        .unwrap();
+    assert_eq!(stored.weight, 1.0);
+}
+
 #[tokio::test]
 async fn v1_malformed_input_is_a_nacos_400_and_changes_nothing() {
     let app = app();

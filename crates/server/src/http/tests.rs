@@ -655,6 +655,97 @@ async fn offline_and_online() {
 }
 
 #[tokio::test]
+async fn offline_refuses_the_last_serving_instance_unless_forced_and_online_can_wait() {
+    let app = app();
+    app.lease("orders", "10.0.0.1").await;
+    let before = app.everything().await;
+    let off = "/v1/services/orders/instances/10.0.0.1:8080/offline";
+    let reply = app.call(Method::POST, off, None).await;
+    assert_error(&reply, StatusCode::CONFLICT, "conflict");
+    assert!(
+        reply.text.contains("last serving instance"),
+        "{}",
+        reply.text
+    );
+    let reply = app
+        .call(
+            Method::PATCH,
+            "/v1/services/orders/instances/10.0.0.1:8080",
+            Some(r#"{"weight":0}"#),
+        )
+        .await;
+    assert_error(&reply, StatusCode::CONFLICT, "conflict");
+    assert_eq!(app.everything().await, before, "refusals changed nothing");
+    let forced = app
+        .ok(Method::POST, off, Some(json!({"force": true})))
+        .await;
+    assert_eq!(forced["instance"]["enabled"], false);
+    // Online with wait: no subscriber, so ready at once, with the drain report's shape.
+    let on = "/v1/services/orders/instances/10.0.0.1:8080/online";
+    let ready = app
+        .ok(
+            Method::POST,
+            on,
+            Some(json!({"wait": true, "timeout_ms": 1000})),
+        )
+        .await;
+    assert_eq!(ready["complete"], true, "{ready}");
+    assert_eq!(ready["waited_ms"], 0);
+    assert!(
+        ready["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("no live subscriber")
+    );
+    let reply = app
+        .call(Method::POST, on, Some(r#"{"wait": true, "timeout": 1}"#))
+        .await;
+    assert_error(&reply, StatusCode::BAD_REQUEST, "invalid_argument");
+}
+
+#[tokio::test]
+async fn a_session_instance_cannot_be_taken_over_or_deleted_over_rest() {
+    let app = app();
+    let session = app
+        .registry
+        .open_session("127.0.0.1:7".into(), "demo".into(), "c".into());
+    app.registry
+        .register(
+            gangway_core::model::ServiceKey::named("orders"),
+            gangway_core::model::Instance::new(gangway_core::model::InstanceKey::new(
+                "10.0.0.1", 8080, "",
+            )),
+            crate::engine::LivenessRequest::Session(session),
+        )
+        .await
+        .unwrap();
+    let before = app.everything().await;
+    let reply = app
+        .call(
+            Method::POST,
+            "/v1/services/orders/instances",
+            Some(r#"{"ip":"10.0.0.1","port":8080,"ttl_ms":3000}"#),
+        )
+        .await;
+    assert_error(&reply, StatusCode::CONFLICT, "conflict");
+    assert!(
+        reply.text.contains("kept alive by session"),
+        "{}",
+        reply.text
+    );
+    let delete = "/v1/services/orders/instances/10.0.0.1:8080";
+    let reply = app.call(Method::DELETE, delete, None).await;
+    assert_error(&reply, StatusCode::CONFLICT, "conflict");
+    assert_eq!(app.everything().await, before, "refusals changed nothing");
+    app.ok(Method::DELETE, &format!("{delete}?force=true"), None)
+        .await;
+    let left = app
+        .ok(Method::GET, "/v1/services/orders/instances", None)
+        .await;
+    assert!(left["instances"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn drain_refuses_the_last_serving_instance_unless_forced() {
     let app = app();
     app.lease("orders", "10.0.0.1").await;

@@ -150,11 +150,8 @@ async fn a_frozen_registry_evicts_nothing_when_it_resumes() {
         .text()
         .await
         .unwrap();
-    assert!(
-        metrics.contains("gangway_stalls_total 1"),
-        "the registry noticed its stall"
-    );
     let mut rows = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
     for (service, seen) in &watchers {
         let all = server
             .get(&format!("/v1/services/{service}/instances?all=true"))
@@ -169,17 +166,16 @@ async fn a_frozen_registry_evicts_nothing_when_it_resumes() {
             list.len(),
             seen.len()
         ));
-        assert_eq!(list.len(), 3, "{service}: evicted after the stall: {all}");
-        assert_eq!(healthy, 3, "{service}: unhealthy after the stall: {all}");
-        assert!(!seen.is_empty(), "{service}: the watcher got views");
-        assert_eq!(
-            fewest, 3,
-            "{service}: a watcher saw a live instance missing: {seen:?}"
-        );
-        assert_eq!(
-            unhealthy_seen, 0,
-            "{service}: a watcher saw an instance unhealthy"
-        );
+        if list.len() != 3 || healthy != 3 {
+            failures.push(format!(
+                "{service}: evicted or unhealthy after the stall: {all}"
+            ));
+        }
+        if seen.is_empty() || fewest != 3 || unhealthy_seen != 0 {
+            failures.push(format!(
+                "{service}: a watcher saw a live instance missing or unhealthy: {seen:?}"
+            ));
+        }
     }
     let out = client.rest_of_stdout(Duration::from_secs(30)).await;
     let report: Value = serde_json::from_str(out.trim()).expect("demo-client JSON");
@@ -190,6 +186,11 @@ async fn a_frozen_registry_evicts_nothing_when_it_resumes() {
         report["sent"],
         report["failed"],
         started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        metrics.contains("gangway_stalls_total 1"),
+        "the registry noticed its stall"
     );
     assert_eq!(report["failed"], 0, "{report}");
     drop(keepers);

@@ -481,19 +481,31 @@ impl Worker {
             .map(|(s, e)| (s.clone(), if e.cache.fresh { 0 } else { e.cache.revision }))
             .collect();
         for (service, known_revision) in due {
-            let message = Out::Pull(pb::Pull {
-                service: Some(wire::service_to_pb(&service)),
-                known_revision,
-            });
-            let id = self.issue(
-                message,
-                PendingOp::Pull {
-                    service: service.clone(),
-                },
-            );
-            if let Some(entry) = self.subscriptions.get_mut(&service) {
-                entry.pull_in_flight = Some(id);
-            }
+            self.pull(&service, known_revision);
+        }
+    }
+
+    /// Pulls `service` unless a pull of it is in flight (`known_revision` 0: the whole view).
+    fn pull(&mut self, service: &ServiceKey, known_revision: u64) {
+        if self
+            .subscriptions
+            .get(service)
+            .is_none_or(|e| e.pull_in_flight.is_some())
+        {
+            return;
+        }
+        let message = Out::Pull(pb::Pull {
+            service: Some(wire::service_to_pb(service)),
+            known_revision,
+        });
+        let id = self.issue(
+            message,
+            PendingOp::Pull {
+                service: service.clone(),
+            },
+        );
+        if let Some(entry) = self.subscriptions.get_mut(service) {
+            entry.pull_in_flight = Some(id);
         }
     }
 
@@ -529,8 +541,9 @@ impl Worker {
         }
     }
 
-    /// Applies a snapshot to its subscription's cache (if the acceptance rule says so), then
-    /// acks its revision.
+    /// Applies a snapshot or delta to its subscription's cache (if the acceptance rule says
+    /// so), then acks the revision the cache holds. A delta that does not apply (the cache is
+    /// older than its base) is dropped and the whole view pulled instead.
     fn on_snapshot(&mut self, snapshot: pb::Snapshot) {
         let Some(service) = snapshot.service.as_ref().map(wire::service_from_pb) else {
             tracing::warn!("snapshot without a service");
@@ -540,10 +553,25 @@ impl Worker {
             tracing::debug!(%service, "snapshot for a service no longer subscribed");
             return;
         };
-        if entry.cache.accept(snapshot.revision) {
+        if snapshot.delta {
+            if entry
+                .cache
+                .accept_delta(snapshot.base_revision, snapshot.revision)
+            {
+                let view = wire::apply_delta(&entry.tx.borrow(), &snapshot);
+                entry.tx.send_replace(Arc::new(view));
+            } else if entry.cache.fresh || snapshot.revision > entry.cache.revision {
+                tracing::debug!(%service, base = snapshot.base_revision, held = entry.cache.revision, "delta does not apply: pulling the whole view");
+                self.pull(&service, 0);
+                return;
+            }
+        } else if entry.cache.accept(snapshot.revision) {
             entry
                 .tx
                 .send_replace(Arc::new(wire::view_from_snapshot(&snapshot)));
+        }
+        if entry.cache.fresh {
+            return; // nothing held yet: nothing to ack
         }
         // The revision the cache holds now: acking an older snapshot's own revision would be
         // harmless (the registry ignores older acks) but acking what we hold is the truth.

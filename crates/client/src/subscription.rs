@@ -162,6 +162,17 @@ impl CacheState {
         }
     }
 
+    /// Records a delta from `base` to `revision`; `true` when it applies to the cached view
+    /// (held at a revision from `base` to before `revision`): then `self.revision` becomes
+    /// `revision`. A fresh cache (nothing held since the last reconnect) takes no delta.
+    pub(crate) fn accept_delta(&mut self, base: u64, revision: u64) -> bool {
+        let apply = !self.fresh && base <= self.revision && revision > self.revision;
+        if apply {
+            self.revision = revision;
+        }
+        apply
+    }
+
     /// Records a snapshot at `revision`; `true` when it must replace the cached view (then
     /// `self.revision` becomes `revision`; otherwise it stays).
     pub(crate) fn accept(&mut self, revision: u64) -> bool {
@@ -198,6 +209,24 @@ mod tests {
         assert_eq!(c.revision, 6);
         assert!(c.accept(7));
         assert_eq!(c.revision, 7);
+    }
+
+    #[test]
+    fn a_delta_applies_only_from_its_base_on() {
+        let mut c = CacheState::new();
+        assert!(!c.accept_delta(0, 5), "nothing held yet: no delta");
+        assert!(c.accept(5));
+        assert!(
+            !c.accept_delta(6, 8),
+            "we hold 5, the delta needs 6 or later"
+        );
+        assert_eq!(c.revision, 5);
+        assert!(c.accept_delta(3, 8), "a delta from 3 applies to 5");
+        assert_eq!(c.revision, 8);
+        assert!(!c.accept_delta(3, 8), "not again");
+        assert!(!c.accept_delta(3, 7), "older");
+        c.fresh = true;
+        assert!(!c.accept_delta(8, 9), "after a reconnect only a whole view");
     }
 
     #[test]

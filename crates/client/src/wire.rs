@@ -69,6 +69,38 @@ pub(crate) fn view_from_snapshot(s: &pb::Snapshot) -> View {
     }
 }
 
+/// `held` with a delta applied (see `Snapshot` in gangway.proto): the removed and the
+/// upserted keys leave, the upserted instances come in as they are now. The caller checks that
+/// the delta applies to the revision `held` is at.
+pub(crate) fn apply_delta(held: &View, delta: &pb::Snapshot) -> View {
+    let upserted = view_from_snapshot(delta).instances;
+    let gone: std::collections::BTreeSet<InstanceKey> = delta
+        .removed
+        .iter()
+        .filter_map(|k| {
+            Some(InstanceKey::new(
+                &k.ip,
+                u16::try_from(k.port).ok()?,
+                &k.cluster,
+            ))
+        })
+        .chain(upserted.iter().map(|i| i.key.clone()))
+        .collect();
+    let mut instances: Vec<Instance> = held
+        .instances
+        .iter()
+        .filter(|i| !gone.contains(&i.key))
+        .cloned()
+        .chain(upserted)
+        .collect();
+    instances.sort_by(|a, b| a.key.cmp(&b.key));
+    View {
+        revision: delta.revision,
+        instances,
+        protection_triggered: delta.protection_triggered,
+    }
+}
+
 pub(crate) fn metadata_to_pb(m: &BTreeMap<String, String>) -> HashMap<String, String> {
     m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
@@ -133,6 +165,7 @@ mod tests {
             ],
             protection_triggered: true,
             request_id: 0,
+            ..Default::default()
         };
         let view = view_from_snapshot(&snap);
         assert_eq!(view.revision, 4);
@@ -140,6 +173,54 @@ mod tests {
         let ips: Vec<_> = view.instances.iter().map(|i| i.key.addr()).collect();
         assert_eq!(ips, ["10.0.0.1:80", "10.0.0.2:80"]);
         assert_eq!(view.instances[0].key.cluster, "DEFAULT");
+    }
+
+    #[test]
+    fn a_delta_replaces_what_changed_and_drops_what_left() {
+        let inst = |ip: &str, weight: f64| pb::Instance {
+            key: Some(pb::InstanceKey {
+                ip: ip.into(),
+                port: 80,
+                cluster: String::new(),
+            }),
+            weight,
+            enabled: true,
+            healthy: true,
+            ephemeral: true,
+            metadata: HashMap::new(),
+        };
+        let held = view_from_snapshot(&pb::Snapshot {
+            revision: 5,
+            instances: vec![
+                inst("10.0.0.1", 1.0),
+                inst("10.0.0.2", 1.0),
+                inst("10.0.0.3", 1.0),
+            ],
+            ..Default::default()
+        });
+        let delta = pb::Snapshot {
+            revision: 7,
+            base_revision: 4,
+            delta: true,
+            instances: vec![inst("10.0.0.2", 5.0), inst("10.0.0.4", 1.0)],
+            removed: vec![pb::InstanceKey {
+                ip: "10.0.0.3".into(),
+                port: 80,
+                cluster: "DEFAULT".into(),
+            }],
+            ..Default::default()
+        };
+        let view = apply_delta(&held, &delta);
+        assert_eq!(view.revision, 7);
+        let got: Vec<_> = view
+            .instances
+            .iter()
+            .map(|i| (i.key.ip.as_str(), i.weight))
+            .collect();
+        assert_eq!(
+            got,
+            [("10.0.0.1", 1.0), ("10.0.0.2", 5.0), ("10.0.0.4", 1.0)]
+        );
     }
 
     #[test]

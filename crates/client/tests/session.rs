@@ -110,6 +110,7 @@ impl FakeConn {
             instances: ips.iter().map(|ip| pb_instance(ip)).collect(),
             protection_triggered: false,
             request_id,
+            ..Default::default()
         }));
     }
 }

@@ -32,4 +32,4 @@ pub mod view;
 
 pub use model::{Instance, InstanceKey, Kind, ServiceKey};
 pub use validate::ValidationError;
-pub use view::View;
+pub use view::{Tally, View};

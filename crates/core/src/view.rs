@@ -52,5 +52,66 @@ impl View {
     }
 }
 
+/// The counts a service's consumer view is derived from, kept up to date as instances change so
+/// that no change has to look at the whole service: whether the protect threshold fires, how
+/// many instances the view holds and whether one instance is in it, each in O(1).
+///
+/// Agrees with [`View::build`] on every set of instances (a property test checks it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Enabled instances.
+    pub enabled: usize,
+    /// Enabled and healthy instances.
+    pub healthy: usize,
+    /// Serving instances: enabled, healthy, weight > 0 ([`Instance::is_serving`]).
+    pub serving: usize,
+}
+
+impl Tally {
+    /// Counts `instance` in.
+    pub fn add(&mut self, instance: &Instance) {
+        let (e, h, s) = Self::parts(instance);
+        self.enabled += e;
+        self.healthy += h;
+        self.serving += s;
+    }
+
+    /// Counts `instance` out (it must have been counted in with the same fields).
+    pub fn remove(&mut self, instance: &Instance) {
+        let (e, h, s) = Self::parts(instance);
+        self.enabled -= e;
+        self.healthy -= h;
+        self.serving -= s;
+    }
+
+    fn parts(i: &Instance) -> (usize, usize, usize) {
+        (
+            usize::from(i.enabled),
+            usize::from(i.enabled && i.healthy),
+            usize::from(i.is_serving()),
+        )
+    }
+
+    /// The protect threshold fires: healthy ÷ enabled <= `threshold` (ratio 0..=1), with at
+    /// least one enabled instance (the rule of [`View`]).
+    pub fn protection_triggered(&self, threshold: f64) -> bool {
+        self.enabled > 0 && (self.healthy as f64 / self.enabled as f64) <= threshold
+    }
+
+    /// Whether `instance` (counted in this tally) is in the view.
+    pub fn in_view(&self, instance: &Instance, threshold: f64) -> bool {
+        instance.enabled && (instance.is_serving() || self.protection_triggered(threshold))
+    }
+
+    /// How many instances the view holds.
+    pub fn view_len(&self, threshold: f64) -> usize {
+        if self.protection_triggered(threshold) {
+            self.enabled
+        } else {
+            self.serving
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::DEFAULT_DRAIN_TIMEOUT;
 use crate::engine::{
-    DrainReport, LivenessRequest, Registry, Snapshot, SubscriberInfo, SubscriberKind,
+    DrainReport, LivenessRequest, Push, Registry, Snapshot, SubscriberInfo, SubscriberKind,
 };
 use crate::error::ApiError;
 
@@ -63,11 +63,7 @@ fn pb_service(k: &ServiceKey) -> pb::ServiceKey {
 /// Converts a domain instance to its proto form.
 pub fn pb_instance(i: &Instance) -> pb::Instance {
     pb::Instance {
-        key: Some(pb::InstanceKey {
-            ip: i.key.ip.clone(),
-            port: u32::from(i.key.port),
-            cluster: i.key.cluster.clone(),
-        }),
+        key: Some(pb_instance_key(&i.key)),
         weight: i.weight,
         enabled: i.enabled,
         healthy: i.healthy,
@@ -84,7 +80,35 @@ fn pb_snapshot(s: &Snapshot, request_id: u64) -> pb::ServerMessage {
             instances: s.view.instances.iter().map(pb_instance).collect(),
             protection_triggered: s.view.protection_triggered,
             request_id,
+            ..Default::default()
         })),
+    }
+}
+
+fn pb_push(push: &Push) -> pb::ServerMessage {
+    let d = match push {
+        Push::Full(s) => return pb_snapshot(s, 0),
+        Push::Delta(d) => d,
+    };
+    pb::ServerMessage {
+        kind: Some(pb::server_message::Kind::Snapshot(pb::Snapshot {
+            service: Some(pb_service(&d.service)),
+            revision: d.revision,
+            instances: d.upserted.iter().map(pb_instance).collect(),
+            protection_triggered: d.protection_triggered,
+            request_id: 0,
+            delta: true,
+            base_revision: d.base_revision,
+            removed: d.removed.iter().map(pb_instance_key).collect(),
+        })),
+    }
+}
+
+fn pb_instance_key(k: &InstanceKey) -> pb::InstanceKey {
+    pb::InstanceKey {
+        ip: k.ip.clone(),
+        port: u32::from(k.port),
+        cluster: k.cluster.clone(),
     }
 }
 
@@ -347,18 +371,18 @@ impl Session {
             return Ok(pb::Reply::default());
         }
         let info = SubscriberInfo {
-            kind: SubscriberKind::Session,
-            address: self.peer.clone(),
             client_name: self.client_name.clone(),
             session: Some(self.id.clone()),
+            deltas: true,
+            ..SubscriberInfo::new(SubscriberKind::Session, self.peer.clone())
         };
         let (sub, rx) = self.registry.subscribe(&service, info)?;
         let pushes = self.registry.pushes(sub.clone(), rx);
         let tx = self.tx.clone();
         let task = tokio::spawn(async move {
             futures::pin_mut!(pushes);
-            while let Some(snapshot) = pushes.next().await {
-                if tx.send(pb_snapshot(&snapshot, 0)).await.is_err() {
+            while let Some(push) = pushes.next().await {
+                if tx.send(pb_push(&push)).await.is_err() {
                     break;
                 }
             }

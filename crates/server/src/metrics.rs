@@ -51,6 +51,10 @@ pub struct Metrics {
     /// Scans of a service's subscriber table by a waiting drain or readiness wait (one per
     /// wake-up): the cost of ack bookkeeping.
     pub ack_wait_scans: Counter,
+    /// Pushes sent as deltas (a subset of `pushes_sent`).
+    pub pushes_delta: Counter,
+    /// Group commits: store transactions, each with one fsync, each holding one or more writes.
+    pub store_batches: Counter,
 }
 
 impl Metrics {
@@ -72,6 +76,8 @@ impl Metrics {
             drain_wait: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
             stalls: Counter::default(),
             ack_wait_scans: Counter::default(),
+            pushes_delta: Counter::default(),
+            store_batches: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("gangway");
         r.register(
@@ -136,6 +142,16 @@ impl Metrics {
             "ack_wait_scans",
             "Subscriber table scans by waiting drains and readiness waits (one per wake-up)",
             m.ack_wait_scans.clone(),
+        );
+        r.register(
+            "pushes_delta",
+            "Pushes sent as deltas against the subscriber's acked revision",
+            m.pushes_delta.clone(),
+        );
+        r.register(
+            "store_batches",
+            "Group commits (one store transaction and one fsync each)",
+            m.store_batches.clone(),
         );
         m
     }

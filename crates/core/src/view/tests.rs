@@ -91,3 +91,50 @@ proptest! {
         }
     }
 }
+
+fn arb_instance() -> impl Strategy<Value = Instance> {
+    (
+        0u8..20,
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(0.0), Just(1.0), Just(2.5)],
+    )
+        .prop_map(|(n, enabled, healthy, weight)| {
+            let mut i = Instance::new(InstanceKey::new(&format!("10.0.0.{n}"), 80, ""));
+            i.enabled = enabled;
+            i.healthy = healthy;
+            i.weight = weight;
+            i
+        })
+}
+
+proptest! {
+    /// The tally's verdicts are the view's, for any instances and threshold.
+    #[test]
+    fn tally_agrees_with_the_built_view(
+        instances in proptest::collection::vec(arb_instance(), 0..12),
+        threshold in prop_oneof![Just(0.0), Just(0.3), Just(0.5), Just(1.0)],
+    ) {
+        // Keys unique, as in a service.
+        let mut seen = std::collections::BTreeMap::new();
+        for i in instances {
+            seen.insert(i.key.clone(), i);
+        }
+        let all: Vec<Instance> = seen.into_values().collect();
+        let mut tally = Tally::default();
+        for i in &all {
+            tally.add(i);
+        }
+        let view = View::build(1, &all, threshold);
+        prop_assert_eq!(tally.protection_triggered(threshold), view.protection_triggered);
+        prop_assert_eq!(tally.view_len(threshold), view.instances.len());
+        for i in &all {
+            prop_assert_eq!(tally.in_view(i, threshold), view.contains(&i.key));
+        }
+        // Removing counts back out to nothing.
+        for i in &all {
+            tally.remove(i);
+        }
+        prop_assert_eq!(tally, Tally::default());
+    }
+}

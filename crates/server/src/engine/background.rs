@@ -7,6 +7,7 @@ use gangway_store::Write;
 use tokio::time::Instant;
 
 use super::hold::ClockReading;
+use super::service::Changed;
 use super::{Liveness, Registry};
 
 /// How often leases are checked.
@@ -53,54 +54,58 @@ impl Registry {
     }
 
     /// Marks leases past their TTL unhealthy and deletes those past their delete timeout.
+    /// Costs the leases that fell due (from the deadline queue), not all of them.
     pub(crate) fn expire_leases(&self, now: Instant) {
         let mut state = self.lock();
-        let mut unhealthy: Vec<(ServiceKey, InstanceKey)> = Vec::new();
-        let mut expired: Vec<(ServiceKey, InstanceKey)> = Vec::new();
-        for (svc, s) in &state.services {
-            for e in s.instances.values() {
-                if let Liveness::Lease(lease) = &e.liveness {
-                    let silent = now.saturating_duration_since(lease.last_heartbeat);
-                    if silent > lease.delete_timeout {
-                        expired.push((svc.clone(), e.instance.key.clone()));
-                    } else if silent > lease.ttl && e.instance.healthy {
-                        unhealthy.push((svc.clone(), e.instance.key.clone()));
-                    }
+        let mut touched: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
+        while let Some((svc, key)) = state.leases.pop_due(now) {
+            let Ok(entry) = state.entry(&svc, &key) else {
+                continue;
+            };
+            let Liveness::Lease(lease) = &entry.liveness else {
+                continue;
+            };
+            let silent = now.saturating_duration_since(lease.last_heartbeat);
+            let (last, ttl, delete) = (lease.last_heartbeat, lease.ttl, lease.delete_timeout);
+            if silent >= delete {
+                state.remove(&svc, &key);
+                tracing::info!(service = %svc, instance = %key, "lease: delete timeout passed, removed");
+            } else if silent >= ttl {
+                if !matches!(state.modify(&svc, &key, |i| i.healthy = false), Ok(true)) {
+                    continue;
                 }
-            }
-        }
-        let mut touched: Vec<ServiceKey> = Vec::new();
-        for (svc, key) in unhealthy {
-            if let Ok(e) = state.entry_mut(&svc, &key) {
-                e.instance.healthy = false;
                 tracing::info!(service = %svc, instance = %key, "lease: TTL passed, unhealthy");
+                state.leases.push(last + delete, &svc, &key);
+            } else {
+                continue; // heartbeat since: its own deadline is queued
             }
-            touched.push(svc);
+            match touched.iter_mut().find(|(s, _)| s == &svc) {
+                Some((_, keys)) => keys.push(key),
+                None => touched.push((svc, vec![key])),
+            }
         }
-        for (svc, key) in expired {
-            state.remove(&svc, &key);
-            tracing::info!(service = %svc, instance = %key, "lease: delete timeout passed, removed");
-            touched.push(svc);
-        }
-        touched.sort();
-        touched.dedup();
-        for svc in touched {
-            state.publish(&svc);
+        for (svc, keys) in touched {
+            state.publish(&svc, Changed::Keys(keys));
         }
     }
 
     fn expire_pollers(&self) {
         let expiry = self.inner.config.poller_expiry;
         let mut state = self.lock();
-        let mut left = Vec::new();
-        state.subscribers.retain(|_, s| {
-            let keep = s.info.kind != super::SubscriberKind::Poller
-                || s.last_seen.elapsed() < s.expiry.unwrap_or(expiry);
-            if !keep {
-                left.push(s.service.clone());
-            }
-            keep
-        });
+        let gone: Vec<String> = state
+            .subscribers
+            .iter()
+            .filter(|(_, s)| {
+                s.info.kind == super::SubscriberKind::Poller
+                    && s.last_seen.elapsed() >= s.expiry.unwrap_or(expiry)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        let left: Vec<ServiceKey> = gone
+            .iter()
+            .filter_map(|id| state.remove_subscriber(id))
+            .map(|s| s.service)
+            .collect();
         state.notify_acks(left);
     }
 
@@ -116,25 +121,27 @@ impl Registry {
         if stale.is_empty() {
             return;
         }
-        let _durable = self.inner.durable.lock().await;
         let batch = stale
             .iter()
             .map(|(s, k)| Write::DeleteOfflineMark(s.clone(), k.clone()))
             .collect();
-        if let Err(e) = self.write(batch).await {
+        let dropped = self
+            .commit(batch, move |state| {
+                for key in stale {
+                    // Only if still gone: a re-registration meanwhile keeps the mark in memory.
+                    if state
+                        .marks
+                        .get(&key)
+                        .is_some_and(|m| m.gone_since.is_some())
+                    {
+                        state.marks.remove(&key);
+                    }
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(e) = dropped {
             tracing::warn!(error = %e, "could not drop expired offline marks");
-            return;
-        }
-        let mut state = self.lock();
-        for key in stale {
-            // Only if still gone: a re-registration meanwhile keeps the mark.
-            if state
-                .marks
-                .get(&key)
-                .is_some_and(|m| m.gone_since.is_some())
-            {
-                state.marks.remove(&key);
-            }
         }
     }
 }

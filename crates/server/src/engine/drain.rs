@@ -90,7 +90,7 @@ impl Registry {
             let state = self.lock();
             state.entry(service, key)?;
             let entry = &state.services[service];
-            if !entry.view().contains(key) {
+            if !entry.in_view(key) {
                 return Err(ApiError::conflict(format!(
                     "{key} is not in the consumer view of {service} (offline, unhealthy or \
                      weight 0): it cannot become ready"
@@ -101,7 +101,11 @@ impl Registry {
         let progress = self.wait_acks(service, revision, started + timeout).await;
         let waited = started.elapsed();
         let mut notes = common_notes(service, revision, waited, &progress);
-        let still_in = self.view(service).contains(key);
+        let still_in = self
+            .lock()
+            .services
+            .get(service)
+            .is_some_and(|s| s.in_view(key));
         if !still_in {
             notes.push(format!(
                 "{key} left the consumer view of {service} during the wait"
@@ -186,14 +190,14 @@ impl Registry {
         let nacos: Vec<String> = self
             .subscribers(service)
             .into_iter()
-            .filter(|s| s.client_name.starts_with(crate::nacos::CLIENT_NAME_PREFIX))
+            .filter(|s| s.ignores_empty_lists)
             .map(|s| s.id)
             .collect();
         let usable = self
-            .view(service)
-            .instances
-            .iter()
-            .any(|i| i.healthy && i.weight > 0.0);
+            .lock()
+            .services
+            .get(service)
+            .is_some_and(|s| s.tally().serving > 0);
         if nacos.is_empty() || usable {
             return None;
         }

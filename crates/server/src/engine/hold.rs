@@ -21,6 +21,7 @@ use std::time::Duration;
 use gangway_core::model::{InstanceKey, ServiceKey};
 use tokio::time::Instant;
 
+use super::service::Changed;
 use super::{Liveness, Registry};
 
 /// Why snapshots are held back; pushes flow when none is set.
@@ -135,13 +136,25 @@ impl Registry {
         self.set_hold(|h| h.recovery = true);
         {
             let mut state = self.lock();
-            for service in state.services.values_mut() {
+            let mut deadlines = Vec::new();
+            for (svc, service) in state.services.iter_mut() {
                 for entry in service.instances.values_mut() {
                     if let Liveness::Lease(lease) = &mut entry.liveness {
                         lease.last_heartbeat += gap;
+                        let next = if entry.instance.healthy {
+                            lease.ttl
+                        } else {
+                            lease.delete_timeout
+                        };
+                        deadlines.push((
+                            lease.last_heartbeat + next,
+                            svc.clone(),
+                            entry.instance.key.clone(),
+                        ));
                     }
                 }
             }
+            state.leases.rebuild(deadlines);
             for sub in state.subscribers.values_mut() {
                 sub.last_seen += gap;
             }
@@ -180,16 +193,17 @@ impl Registry {
                     .map(move |e| (svc.clone(), e.instance.key.clone()))
             })
             .collect();
-        let mut touched: Vec<ServiceKey> = Vec::new();
+        let mut touched: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
         for (svc, key) in gone {
             tracing::info!(service = %svc, instance = %key, "stall recovery over: session did not come back, removed");
             state.remove(&svc, &key);
-            touched.push(svc);
+            match touched.iter_mut().find(|(s, _)| s == &svc) {
+                Some((_, keys)) => keys.push(key),
+                None => touched.push((svc, vec![key])),
+            }
         }
-        touched.sort();
-        touched.dedup();
-        for svc in &touched {
-            state.publish(svc);
+        for (svc, keys) in &touched {
+            state.publish(svc, Changed::Keys(keys.clone()));
         }
         drop(state);
         self.set_hold(|h| h.recovery = false);

@@ -1,17 +1,19 @@
 //! The subscriber table: who follows which service, what they were pushed and what they acked
 //! (DESIGN §4), and the push stream that feeds a subscriber.
 
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::Stream;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
 use gangway_core::drain::SubscriberAck;
 use gangway_core::model::ServiceKey;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Registry, Snapshot};
+use super::Registry;
+use super::service::{Push, Snapshot};
 use crate::error::ApiError;
 
 /// How a subscriber follows a service.
@@ -26,7 +28,7 @@ pub enum SubscriberKind {
     Poller,
 }
 
-/// Who subscribes (given by the transport).
+/// Who subscribes, and what its protocol can do (set by the transport).
 #[derive(Debug, Clone)]
 pub struct SubscriberInfo {
     /// Kind.
@@ -37,6 +39,25 @@ pub struct SubscriberInfo {
     pub client_name: String,
     /// Owning session: the subscriber leaves when the session ends.
     pub session: Option<String>,
+    /// Its protocol takes deltas ([`Push::Delta`]); otherwise every push is the full view.
+    pub deltas: bool,
+    /// It ignores a pushed view with no usable instance and keeps its last one (Nacos SDKs), so
+    /// its ack of such a view proves nothing; drains say so.
+    pub ignores_empty_lists: bool,
+}
+
+impl SubscriberInfo {
+    /// A subscriber of `kind` at `address`, full pushes, no quirks.
+    pub fn new(kind: SubscriberKind, address: impl Into<String>) -> Self {
+        Self {
+            kind,
+            address: address.into(),
+            client_name: String::new(),
+            session: None,
+            deltas: false,
+            ignores_empty_lists: false,
+        }
+    }
 }
 
 pub(crate) struct Subscriber {
@@ -50,7 +71,23 @@ pub(crate) struct Subscriber {
     pub(crate) last_seen: Instant,
     /// Pollers only: forgotten after this long without a poll (`None`: the server's
     /// `poller_expiry`).
-    pub(crate) expiry: Option<std::time::Duration>,
+    pub(crate) expiry: Option<Duration>,
+}
+
+impl Subscriber {
+    fn new(service: &ServiceKey, info: SubscriberInfo) -> Self {
+        Self {
+            service: service.clone(),
+            session: info.session.clone(),
+            info,
+            acked_revision: 0,
+            acked_at_ms: None,
+            pushed_revision: 0,
+            pushed_at: None,
+            last_seen: Instant::now(),
+            expiry: None,
+        }
+    }
 }
 
 /// One row of `GET /v1/services/{service}/subscribers`.
@@ -70,6 +107,9 @@ pub struct SubscriberRow {
     pub acked_at_ms: Option<u64>,
     /// Newest revision pushed.
     pub pushed_revision: u64,
+    /// See [`SubscriberInfo::ignores_empty_lists`].
+    #[serde(skip)]
+    pub ignores_empty_lists: bool,
 }
 
 fn unix_ms() -> u64 {
@@ -80,13 +120,14 @@ fn unix_ms() -> u64 {
 }
 
 impl Registry {
-    /// Adds a subscriber of `service`. Returns its id and the service's snapshot channel.
+    /// Adds a subscriber of `service`. Returns its id and a receiver of the service's revision
+    /// (it changes on every change; [`pushes`](Self::pushes) turns it into pushes).
     /// Errors: 400 on an invalid service key.
     pub fn subscribe(
         &self,
         service: &ServiceKey,
         info: SubscriberInfo,
-    ) -> Result<(String, watch::Receiver<Arc<Snapshot>>), ApiError> {
+    ) -> Result<(String, watch::Receiver<u64>), ApiError> {
         gangway_core::validate::service_key(service)?;
         let prefix = match info.kind {
             SubscriberKind::Session => "sub",
@@ -96,27 +137,14 @@ impl Registry {
         let id = self.next_id(prefix);
         let mut state = self.lock();
         let rx = state.service(service).tx.subscribe();
-        state.subscribers.insert(
-            id.clone(),
-            Subscriber {
-                service: service.clone(),
-                session: info.session.clone(),
-                info,
-                acked_revision: 0,
-                acked_at_ms: None,
-                pushed_revision: 0,
-                pushed_at: None,
-                last_seen: Instant::now(),
-                expiry: None,
-            },
-        );
+        state.add_subscriber(id.clone(), Subscriber::new(service, info));
         Ok((id, rx))
     }
 
     /// Removes a subscriber; it leaves every drain's wait.
     pub fn unsubscribe(&self, id: &str) {
         let mut state = self.lock();
-        if let Some(sub) = state.subscribers.remove(id) {
+        if let Some(sub) = state.remove_subscriber(id) {
             state.notify_acks([sub.service]);
         }
     }
@@ -147,14 +175,26 @@ impl Registry {
         self.inner.metrics.pushes_acked.inc();
     }
 
-    /// Records that `revision` was sent to `id`.
-    pub fn pushed(&self, id: &str, revision: u64) {
+    /// What to push to subscriber `id` now, recorded as pushed; `None` when it is gone. A
+    /// subscriber whose protocol takes deltas gets one against the revision it acked when
+    /// that is cheaper than the view.
+    fn next_push(&self, id: &str) -> Option<Push> {
         let mut state = self.lock();
-        if let Some(sub) = state.subscribers.get_mut(id) {
-            sub.pushed_revision = revision;
-            sub.pushed_at = Some(Instant::now());
-            self.inner.metrics.pushes_sent.inc();
+        let state = &mut *state;
+        let sub = state.subscribers.get_mut(id)?;
+        let service = state.services.get_mut(&sub.service)?;
+        let push = if sub.info.deltas {
+            service.push_since(sub.acked_revision)
+        } else {
+            Push::Full(service.snapshot())
+        };
+        sub.pushed_revision = push.revision();
+        sub.pushed_at = Some(Instant::now());
+        self.inner.metrics.pushes_sent.inc();
+        if let Push::Delta(_) = &push {
+            self.inner.metrics.pushes_delta.inc();
         }
+        Some(push)
     }
 
     fn acked_below(&self, id: &str, revision: u64) -> Option<bool> {
@@ -183,36 +223,38 @@ impl Registry {
         service: &ServiceKey,
         poller: &str,
         address: String,
-        expiry: Option<std::time::Duration>,
+        expiry: Option<Duration>,
+    ) -> Result<gangway_core::View, ApiError> {
+        self.poll_as(
+            service,
+            poller,
+            SubscriberInfo::new(SubscriberKind::Poller, address),
+            expiry,
+        )
+    }
+
+    /// [`Registry::poll_expiring`] with the poller's protocol properties.
+    pub fn poll_as(
+        &self,
+        service: &ServiceKey,
+        poller: &str,
+        mut info: SubscriberInfo,
+        expiry: Option<Duration>,
     ) -> Result<gangway_core::View, ApiError> {
         gangway_core::validate::name("subscriber", poller)?;
+        gangway_core::validate::service_key(service)?;
         let id = format!("p-{poller}");
         let view = self.view(service);
         {
             let mut state = self.lock();
-            let now = Instant::now();
-            let sub = state
-                .subscribers
-                .entry(id.clone())
-                .or_insert_with(|| Subscriber {
-                    service: service.clone(),
-                    info: SubscriberInfo {
-                        kind: SubscriberKind::Poller,
-                        address: address.clone(),
-                        client_name: poller.to_owned(),
-                        session: None,
-                    },
-                    session: None,
-                    acked_revision: 0,
-                    acked_at_ms: None,
-                    pushed_revision: 0,
-                    pushed_at: None,
-                    last_seen: now,
-                    expiry,
-                });
-            sub.last_seen = now;
+            if !state.subscribers.contains_key(&id) {
+                info.client_name = poller.to_owned();
+                state.add_subscriber(id.clone(), Subscriber::new(service, info.clone()));
+            }
+            let sub = state.subscribers.get_mut(&id).expect("just added");
+            sub.last_seen = Instant::now();
             sub.expiry = expiry;
-            sub.info.address = address;
+            sub.info.address = info.address;
             sub.pushed_revision = view.revision;
         }
         self.ack(&id, view.revision);
@@ -222,10 +264,13 @@ impl Registry {
     /// Subscribers of a service, sorted by id.
     pub fn subscribers(&self, service: &ServiceKey) -> Vec<SubscriberRow> {
         let state = self.lock();
-        let mut rows: Vec<SubscriberRow> = state
+        let Some(entry) = state.services.get(service) else {
+            return Vec::new();
+        };
+        entry
             .subscribers
             .iter()
-            .filter(|(_, s)| &s.service == service)
+            .filter_map(|id| state.subscribers.get(id).map(|s| (id, s)))
             .map(|(id, s)| SubscriberRow {
                 id: id.clone(),
                 address: s.info.address.clone(),
@@ -234,10 +279,9 @@ impl Registry {
                 acked_revision: s.acked_revision,
                 acked_at_ms: s.acked_at_ms,
                 pushed_revision: s.pushed_revision,
+                ignores_empty_lists: s.info.ignores_empty_lists,
             })
-            .collect();
-        rows.sort_by(|a, b| a.id.cmp(&b.id));
-        rows
+            .collect()
     }
 
     pub(crate) fn subscriber_acks(&self, service: &ServiceKey) -> Vec<SubscriberAck> {
@@ -251,16 +295,30 @@ impl Registry {
             .collect()
     }
 
+    /// [`pushes`](Self::pushes) as whole views, for protocols without deltas (their
+    /// subscribers are created with `deltas: false`, so this only unwraps).
+    pub fn full_pushes(
+        &self,
+        id: String,
+        rx: watch::Receiver<u64>,
+    ) -> impl Stream<Item = Arc<Snapshot>> + Send + 'static + use<> {
+        let registry = self.clone();
+        self.pushes(id, rx).map(move |push| match push {
+            Push::Full(snapshot) => snapshot,
+            Push::Delta(d) => registry.snapshot(&d.service),
+        })
+    }
+
     /// The pushes for subscriber `id`: nothing while snapshots are held back (warm-up, stall
-    /// recovery, shutdown), then the current snapshot, then every change (coalesced: the latest
-    /// wins), and the latest again every resend interval while the subscriber has not acked it.
-    /// A hold that begins mid-stream stops the pushes until it ends; the latest snapshot goes
-    /// out then. Ends when the subscriber leaves.
+    /// recovery, shutdown), then the current view, then every change (coalesced: what is
+    /// current when the subscriber is ready wins), and again every resend interval while the
+    /// subscriber has not acked the latest. A hold that begins mid-stream stops the pushes
+    /// until it ends; the latest goes out then. Ends when the subscriber leaves.
     pub fn pushes(
         &self,
         id: String,
-        mut rx: watch::Receiver<Arc<Snapshot>>,
-    ) -> impl Stream<Item = Arc<Snapshot>> + Send + 'static + use<> {
+        mut rx: watch::Receiver<u64>,
+    ) -> impl Stream<Item = Push> + Send + 'static + use<> {
         let registry = self.clone();
         let resend = self.inner.config.resend_interval;
         async_stream::stream! {
@@ -277,21 +335,21 @@ impl Registry {
                             rx.mark_changed();
                             continue;
                         }
-                        let snapshot = rx.borrow_and_update().clone();
-                        registry.pushed(&id, snapshot.view.revision);
-                        yield snapshot;
+                        rx.borrow_and_update();
+                        let Some(push) = registry.next_push(&id) else { break };
+                        yield push;
                     }
                     _ = tokio::time::sleep(resend) => {
                         if registry.warming_up() {
                             continue;
                         }
-                        let latest = rx.borrow().clone();
-                        match registry.acked_below(&id, latest.view.revision) {
+                        let latest = *rx.borrow();
+                        match registry.acked_below(&id, latest) {
                             None => break,
                             Some(true) => {
                                 registry.inner.metrics.pushes_resent.inc();
-                                registry.pushed(&id, latest.view.revision);
-                                yield latest;
+                                let Some(push) = registry.next_push(&id) else { break };
+                                yield push;
                             }
                             Some(false) => {}
                         }

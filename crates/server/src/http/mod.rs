@@ -621,10 +621,8 @@ async fn watch(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let key = q.service(&name)?;
     let info = SubscriberInfo {
-        kind: SubscriberKind::Watch,
-        address: peer.to_string(),
         client_name: q.subscriber.clone().unwrap_or_default(),
-        session: None,
+        ..SubscriberInfo::new(SubscriberKind::Watch, peer.to_string())
     };
     let (id, rx) = s.registry.subscribe(&key, info)?;
     let guard = WatchGuard {
@@ -632,7 +630,7 @@ async fn watch(
         id: id.clone(),
     };
     let registry = s.registry.clone();
-    let stream = s.registry.pushes(id, rx).map(move |snapshot| {
+    let stream = s.registry.full_pushes(id, rx).map(move |snapshot| {
         let _keep = &guard;
         // A watcher counts as having acked what it was sent (DESIGN §4).
         registry.ack(&guard.id, snapshot.view.revision);

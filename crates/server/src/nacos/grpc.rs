@@ -606,13 +606,14 @@ impl Nacos {
             return Err(Refusal::new(UN_REGISTER, "connection has no stream"));
         };
         let info = SubscriberInfo {
-            kind: SubscriberKind::Session,
-            address: peer.to_string(),
             client_name: st.client_name.clone(),
             session: Some(session.to_owned()),
+            // Nacos SDKs keep their last list when pushed one with no usable instance.
+            ignores_empty_lists: true,
+            ..SubscriberInfo::new(SubscriberKind::Session, peer.to_string())
         };
         let (sub, rx) = self.registry().subscribe(service, info)?;
-        let pushes = self.registry().pushes(sub.clone(), rx);
+        let pushes = self.registry().full_pushes(sub.clone(), rx);
         let nacos = self.clone();
         let conn2 = conn.clone();
         let key = service.clone();

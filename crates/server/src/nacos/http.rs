@@ -25,7 +25,7 @@ use super::model::{
     parse_metadata, split_grouped,
 };
 use super::{CLIENT_NAME_PREFIX, Nacos};
-use crate::engine::{LivenessRequest, Patch};
+use crate::engine::{LivenessRequest, Patch, SubscriberInfo, SubscriberKind};
 use crate::error::ApiError;
 
 /// A v1 poller that missed this many polls (of `cacheMillis` each) is forgotten: 30 s.
@@ -565,9 +565,14 @@ fn register_poller(
         fnv1a(&format!("{service}|{identity}"))
     );
     let expiry = Duration::from_millis(POLLER_EXPIRY_POLLS * super::model::CACHE_MILLIS);
+    let info = SubscriberInfo {
+        // Nacos v1 clients keep their last list when they fetch one with no usable instance.
+        ignores_empty_lists: true,
+        ..SubscriberInfo::new(SubscriberKind::Poller, identity)
+    };
     nacos
         .registry()
-        .poll_expiring(service, &name, identity, Some(expiry))?;
+        .poll_as(service, &name, info, Some(expiry))?;
     Ok(())
 }
 

@@ -657,6 +657,14 @@ async fn grpc_shutdown_resets_connections_and_ends_streams() {
     .await;
 }
 
+/// What the Nacos v1 list's poller is to the registry: it ignores empty lists.
+fn v1_poller() -> crate::engine::SubscriberInfo {
+    crate::engine::SubscriberInfo {
+        ignores_empty_lists: true,
+        ..crate::engine::SubscriberInfo::new(crate::engine::SubscriberKind::Poller, "10.1.1.1:5555")
+    }
+}
+
 #[tokio::test]
 async fn drain_of_the_last_instance_notes_the_nacos_empty_list_quirk() {
     let app = app();
@@ -675,7 +683,7 @@ async fn drain_of_the_last_instance_notes_the_nacos_empty_list_quirk() {
         let poll = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
             registry2
-                .poll(&key2, "nacos-v1-test", "10.1.1.1:5555".into())
+                .poll_as(&key2, "nacos-v1-test", v1_poller(), None)
                 .unwrap();
         });
         let report = registry
@@ -685,9 +693,9 @@ async fn drain_of_the_last_instance_notes_the_nacos_empty_list_quirk() {
         poll.await.unwrap();
         report
     };
-    // A Nacos v1 poller (its name is what the v1 list derives from clientIP:udpPort).
+    // A Nacos v1 poller, as the v1 list registers one from clientIP:udpPort.
     app.registry
-        .poll(&key, "nacos-v1-test", "10.1.1.1:5555".into())
+        .poll_as(&key, "nacos-v1-test", v1_poller(), None)
         .unwrap();
     let first = drain("10.0.0.1", app.registry.clone(), key.clone()).await;
     assert!(first.complete);

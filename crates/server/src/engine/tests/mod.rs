@@ -255,6 +255,8 @@ async fn drain_waits_for_every_subscriber_ack() {
         address: format!("127.0.0.1:{n}"),
         client_name: n.into(),
         session: None,
+        deltas: false,
+        ignores_empty_lists: false,
     };
     let (a, mut rx_a) = r.subscribe(&svc(), info("1")).unwrap();
     let (b, _rx_b) = r.subscribe(&svc(), info("2")).unwrap();
@@ -268,7 +270,8 @@ async fn drain_waits_for_every_subscriber_ack() {
     // a applies the snapshot without the instance and acks it; b leaves.
     let rev = loop {
         rx_a.changed().await.unwrap();
-        let snap = rx_a.borrow_and_update().clone();
+        rx_a.borrow_and_update();
+        let snap = r.snapshot(&svc());
         if !snap.view.contains(&inst(1).key) {
             break snap.view.revision;
         }
@@ -300,6 +303,8 @@ async fn drain_times_out_with_laggards() {
         address: "127.0.0.1:9".into(),
         client_name: "slow".into(),
         session: None,
+        deltas: false,
+        ignores_empty_lists: false,
     };
     let (id, _rx) = r.subscribe(&svc(), info).unwrap();
     r.ack(&id, 5);
@@ -400,9 +405,11 @@ async fn pushes_wait_for_warmup_then_coalesce_and_resend_until_acked() {
         address: "127.0.0.1:9".into(),
         client_name: "c".into(),
         session: None,
+        deltas: false,
+        ignores_empty_lists: false,
     };
     let (id, rx) = r.subscribe(&svc(), info).unwrap();
-    let pushes = r.pushes(id.clone(), rx);
+    let pushes = r.full_pushes(id.clone(), rx);
     futures::pin_mut!(pushes);
     r.register(svc(), inst(1), lease()).await.unwrap();
     r.register(svc(), inst(2), lease()).await.unwrap();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gangway_core::model::{Instance, ProbeSpec};
+use gangway_core::model::ProbeSpec;
 use gangway_store::{MemoryStore, Store};
 use tokio::sync::Barrier;
 
@@ -175,6 +175,8 @@ async fn an_instance_registered_offline_is_never_published_enabled() {
                 address: "127.0.0.1:9".into(),
                 client_name: "watcher".into(),
                 session: None,
+                deltas: false,
+                ignores_empty_lists: false,
             },
         )
         .unwrap();
@@ -185,7 +187,8 @@ async fn an_instance_registered_offline_is_never_published_enabled() {
     assert!(!stored.enabled);
     // Exactly one revision was published for it, and it does not hold the instance.
     assert!(rx.has_changed().unwrap());
-    let snap = rx.borrow_and_update().clone();
+    assert_eq!(*rx.borrow_and_update(), revision);
+    let snap = r.snapshot(&svc());
     assert_eq!(snap.view.revision, revision);
     assert!(!snap.view.contains(&inst(1).key), "{:?}", snap.view);
     assert!(!rx.has_changed().unwrap(), "no second revision");
@@ -210,6 +213,8 @@ async fn a_drain_wakes_only_on_acks_of_its_own_service() {
         address: "127.0.0.1:9".into(),
         client_name: name.into(),
         session: None,
+        deltas: false,
+        ignores_empty_lists: false,
     };
     let (_laggard, _rx) = r.subscribe(&svc(), info("frozen")).unwrap();
     let (busy, _rx2) = r.subscribe(&other, info("busy")).unwrap();
@@ -250,6 +255,8 @@ fn session_info() -> SubscriberInfo {
         address: "127.0.0.1:9".into(),
         client_name: "consumer".into(),
         session: None,
+        deltas: false,
+        ignores_empty_lists: false,
     }
 }
 
@@ -354,7 +361,7 @@ async fn wait_ready_completes_on_acks_of_a_revision_holding_the_instance() {
     assert_eq!(err.status(), 404);
 
     // One subscriber acks, the frozen one does not: the wait ends at its timeout naming it.
-    let held = rx.borrow_and_update().view.revision;
+    let held = *rx.borrow_and_update();
     r.ack(&a, held);
     let report = r
         .wait_ready(&svc(), &inst(2).key, Duration::from_secs(2))

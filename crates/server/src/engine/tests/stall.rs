@@ -30,6 +30,8 @@ fn watcher() -> SubscriberInfo {
         address: "127.0.0.1:9".into(),
         client_name: "watch".into(),
         session: None,
+        deltas: false,
+        ignores_empty_lists: false,
     }
 }
 
@@ -46,7 +48,7 @@ async fn a_stall_extends_leases_holds_pushes_and_keeps_sessions_that_come_back()
         .await
         .unwrap();
     let (id, rx) = r.subscribe(&svc(), watcher()).unwrap();
-    let pushes = r.pushes(id.clone(), rx);
+    let pushes = r.full_pushes(id.clone(), rx);
     futures::pin_mut!(pushes);
     let first = pushes.next().await.unwrap();
     assert_eq!(first.view.instances.len(), 3);

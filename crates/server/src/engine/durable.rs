@@ -1,0 +1,125 @@
+//! Group commit (DESIGN §7): durable writes from any number of callers are applied in one
+//! store transaction with one fsync per batch, and every caller is answered only after the
+//! fsync of the batch that holds its writes. Then, still in queue order, each caller's
+//! in-memory change runs under the state lock, so memory always follows the store's order.
+//!
+//! One committer task owns the store's write side: it takes every job waiting, applies their
+//! writes in one blocking store call (`spawn_blocking`), and meanwhile the next batch gathers.
+//! The queue is bounded ([`QUEUE`] jobs: a writer waits for room), and so is a batch
+//! ([`MAX_BATCH`] jobs).
+
+use std::sync::{Arc, Weak};
+
+use gangway_store::{Store, Write};
+use tokio::sync::{mpsc, oneshot};
+
+use super::state::State;
+use super::{Inner, Registry};
+use crate::error::ApiError;
+
+/// Jobs waiting for the committer, at most; a writer beyond it waits.
+pub const QUEUE: usize = 4096;
+/// Jobs committed together, at most (one transaction, one fsync).
+pub const MAX_BATCH: usize = 1024;
+
+/// One caller's writes and what to do once they are durable.
+struct Job {
+    writes: Vec<Write>,
+    /// Runs under the state lock after the batch's fsync, or with the error when the batch
+    /// failed (nothing of it was applied).
+    finish: Box<dyn for<'a> FnOnce(Result<&'a mut State, ApiError>) + Send>,
+}
+
+/// The handle writers enqueue jobs on.
+pub(crate) struct Committer {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// The committer's end of the queue, until [`Queue::start`] gives it its thread.
+pub(crate) struct Queue(mpsc::Receiver<Job>);
+
+impl Committer {
+    /// A committer and its queue.
+    pub(crate) fn new() -> (Self, Queue) {
+        let (jobs, rx) = mpsc::channel(QUEUE);
+        (Self { jobs }, Queue(rx))
+    }
+}
+
+impl Queue {
+    /// Starts the committer task over `store`; it applies in-memory changes to the state of
+    /// `inner` (held weakly: the task ends once the registry is gone and the queue is drained).
+    /// Must run inside a tokio runtime.
+    pub(crate) fn start(self, store: Arc<dyn Store>, inner: Weak<Inner>) {
+        tokio::spawn(run(store, inner, self.0));
+    }
+}
+
+async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, mut rx: mpsc::Receiver<Job>) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let writes: Vec<Write> = jobs.iter_mut().flat_map(|j| j.writes.drain(..)).collect();
+        let result = if writes.is_empty() {
+            Ok(())
+        } else {
+            let store = store.clone();
+            match tokio::task::spawn_blocking(move || store.apply(&writes)).await {
+                Ok(result) => result.map_err(ApiError::from),
+                Err(e) => Err(ApiError::Store(format!("store task failed: {e}"))),
+            }
+        };
+        match (result, inner.upgrade()) {
+            (Ok(()), Some(inner)) => {
+                let registry = Registry { inner };
+                let mut state = registry.lock();
+                for job in jobs {
+                    (job.finish)(Ok(&mut state));
+                }
+                drop(state);
+                registry.inner.metrics.store_batches.inc();
+            }
+            (Ok(()), None) => {} // the registry is gone: nobody waits for memory
+            (Err(e), _) => {
+                for job in jobs {
+                    (job.finish)(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+impl Registry {
+    /// Makes `writes` durable with the next group commit, then runs `apply` under the state
+    /// lock (in queue order) and returns what it returned. Cancel-safe: once enqueued, the job
+    /// runs whether or not the caller still waits.
+    ///
+    /// Errors: the store failed (nothing of the batch was applied), or the committer is gone.
+    pub(crate) async fn commit<T: Send + 'static>(
+        &self,
+        writes: Vec<Write>,
+        apply: impl FnOnce(&mut State) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let (done, answer) = oneshot::channel::<Result<T, ApiError>>();
+        let job = Job {
+            writes,
+            finish: Box::new(move |state| {
+                let _ = done.send(state.and_then(apply));
+            }),
+        };
+        self.inner
+            .committer
+            .jobs
+            .send(job)
+            .await
+            .map_err(|_| ApiError::Store("the store committer has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| ApiError::Store("the store committer dropped a write".into()))?
+    }
+}

@@ -1,0 +1,501 @@
+//! Changes to instances and service settings: register, deregister, update (offline/online,
+//! weight, metadata), heartbeats, health flags. Durable parts go through the group commit
+//! ([`Registry::commit`]) before memory changes; the rules of `state` are checked and
+//! reserved before.
+
+use std::time::Duration;
+
+use gangway_core::model::{
+    Instance, InstanceKey, OfflineMark, ServiceKey, ServiceSettings, StoredInstance,
+};
+use gangway_core::validate;
+use gangway_store::Write;
+use tokio::time::Instant;
+
+use super::service::Changed;
+use super::state::{MarkEntry, State, kind_of, not_found};
+use super::{Lease, Liveness, LivenessRequest, Patch, Registry, now_ms};
+use crate::error::ApiError;
+
+impl Registry {
+    /// Registers (or re-registers, replacing fields) an instance.
+    ///
+    /// `instance.enabled = false` registers it offline from its first revision, with its
+    /// durable offline mark (Nacos `enabled=false`); an existing offline mark keeps any
+    /// registration offline. An instance kept alive by a session belongs to that session: a
+    /// registration on a lease, a probe or another client's session is refused (a new session
+    /// of the same client, a reconnect, takes it over). Cancel-safe: once validated, the
+    /// registration runs to completion even if the future is dropped.
+    ///
+    /// Errors: 400 on any invalid field (nothing changes), 404 for an unknown session,
+    /// 409 when the service holds instances of the other kind, when a session owns the
+    /// instance, or when re-registering it offline would take the last serving instance out.
+    pub async fn register(
+        &self,
+        service: ServiceKey,
+        instance: Instance,
+        liveness: LivenessRequest,
+    ) -> Result<(u64, Instance), ApiError> {
+        validate::service_key(&service)?;
+        validate::instance_key(&instance.key)?;
+        validate::weight(instance.weight)?;
+        validate::metadata(&instance.metadata)?;
+        let liveness = self.bind_liveness(liveness)?;
+        let mut instance = instance;
+        instance.ephemeral = !matches!(liveness, Liveness::Probe(_));
+        instance.healthy = true;
+        let in_memory = instance.enabled && !matches!(liveness, Liveness::Probe(_));
+        if in_memory {
+            // Nothing to store (unless an offline mark must be written, found below): the
+            // common case is one critical section, nothing to cancel halfway.
+            if let Some(done) = self.register_in_memory(&service, &instance, &liveness) {
+                return done;
+            }
+        }
+        let registry = self.clone();
+        tokio::spawn(async move { registry.register_durably(service, instance, liveness).await })
+            .await
+            .map_err(|e| ApiError::Store(format!("register task failed: {e}")))?
+    }
+
+    /// A registration that writes nothing to the store, in one critical section. `None` when it
+    /// turns out to need the store after all.
+    fn register_in_memory(
+        &self,
+        service: &ServiceKey,
+        instance: &Instance,
+        liveness: &Liveness,
+    ) -> Option<Result<(u64, Instance), ApiError>> {
+        let mut state = self.lock();
+        if let Err(e) = state.check_register(service, instance, liveness) {
+            return Some(Err(e));
+        }
+        let mut instance = instance.clone();
+        if state
+            .marks
+            .contains_key(&(service.clone(), instance.key.clone()))
+        {
+            instance.enabled = false;
+            // An offline mark re-registered: the rule of the last serving instance applies,
+            // and a reservation must not drop under the lock: the durable path handles it.
+            if state
+                .services
+                .get(service)
+                .is_some_and(|s| s.in_view(&instance.key))
+            {
+                return None;
+            }
+        }
+        let key = instance.key.clone();
+        let revision = state.insert_and_publish(service, instance, liveness.clone());
+        let stored = state.entry(service, &key).map(|e| e.instance.clone());
+        Some(stored.map(|i| (revision, i)))
+    }
+
+    async fn register_durably(
+        &self,
+        service: ServiceKey,
+        mut instance: Instance,
+        liveness: Liveness,
+    ) -> Result<(u64, Instance), ApiError> {
+        let key = instance.key.clone();
+        let mark_key = (service.clone(), key.clone());
+        let offline = !instance.enabled;
+        let probe = match &liveness {
+            Liveness::Probe(p) => Some(p.clone()),
+            _ => None,
+        };
+        let (batch, marked, reservations) = {
+            let mut state = self.lock();
+            state.check_register(&service, &instance, &liveness)?;
+            let marked = state.marks.contains_key(&mark_key);
+            if marked {
+                instance.enabled = false;
+            }
+            let mut batch = Vec::new();
+            if offline && !marked {
+                batch.push(Write::PutOfflineMark(
+                    service.clone(),
+                    key.clone(),
+                    OfflineMark { since_ms: now_ms() },
+                ));
+            }
+            if let Some(probe) = &probe {
+                batch.push(Write::PutInstance(
+                    service.clone(),
+                    StoredInstance {
+                        instance: instance.clone(),
+                        probe: probe.clone(),
+                    },
+                ));
+            }
+            // Fallible first: a reservation must not drop while the state lock is held.
+            let leaving = state.reserve_leaving(self, &service, &instance, false)?;
+            let kind =
+                (!batch.is_empty()).then(|| state.reserve_kind(self, &service, kind_of(&liveness)));
+            (batch, marked, (kind, leaving))
+        };
+        let apply = {
+            let service = service.clone();
+            move |state: &mut State| -> Result<u64, ApiError> {
+                // Checked again: a session may have ended (or taken the instance) meanwhile.
+                state.check_register(&service, &instance, &liveness)?;
+                if !instance.enabled {
+                    state.marks.entry(mark_key).or_insert(MarkEntry {
+                        mark: OfflineMark { since_ms: now_ms() },
+                        gone_since: None,
+                    });
+                }
+                Ok(state.insert_and_publish(&service, instance, liveness))
+            }
+        };
+        let applied = if batch.is_empty() {
+            let mut state = self.lock();
+            apply(&mut state)
+        } else {
+            self.commit(batch, apply).await
+        };
+        drop(reservations);
+        let revision = match applied {
+            Ok(revision) => revision,
+            Err(e) => {
+                if offline && !marked && !matches!(e, ApiError::Store(_)) {
+                    // The mark was written but the registration refused: undo the mark.
+                    let undo = vec![Write::DeleteOfflineMark(service.clone(), key.clone())];
+                    if let Err(undo_err) = self.commit(undo, |_| Ok(())).await {
+                        tracing::warn!(error = %undo_err, "could not undo an offline mark");
+                    }
+                }
+                return Err(e);
+            }
+        };
+        if let Some(probe) = probe {
+            self.start_probe(service.clone(), key.clone(), probe);
+        }
+        Ok((revision, self.instance(&service, &key)?))
+    }
+
+    fn bind_liveness(&self, request: LivenessRequest) -> Result<Liveness, ApiError> {
+        Ok(match request {
+            LivenessRequest::Session(id) => Liveness::Session(id),
+            LivenessRequest::Lease {
+                ttl,
+                delete_timeout,
+            } => {
+                let ttl = ttl.unwrap_or(self.inner.config.liveness.lease_ttl);
+                let delete_timeout =
+                    delete_timeout.unwrap_or(self.inner.config.liveness.lease_delete_timeout);
+                if ttl < Duration::from_millis(100) {
+                    return Err(ApiError::invalid(
+                        "ttl_ms",
+                        format!("must be at least 100, got {}", ttl.as_millis()),
+                    ));
+                }
+                if delete_timeout < ttl {
+                    return Err(ApiError::invalid(
+                        "delete_timeout_ms",
+                        format!(
+                            "must be at least the TTL ({} ms), got {}",
+                            ttl.as_millis(),
+                            delete_timeout.as_millis()
+                        ),
+                    ));
+                }
+                Liveness::Lease(Lease {
+                    last_heartbeat: Instant::now(),
+                    ttl,
+                    delete_timeout,
+                })
+            }
+            LivenessRequest::Probe(spec) => {
+                if spec.interval_ms < 100 || spec.interval_ms > 3_600_000 {
+                    return Err(ApiError::invalid(
+                        "probe.interval_ms",
+                        format!("must be 100-3600000, got {}", spec.interval_ms),
+                    ));
+                }
+                if spec.fall == 0 || spec.rise == 0 || spec.fall > 100 || spec.rise > 100 {
+                    return Err(ApiError::invalid("probe", "fall and rise must be 1-100"));
+                }
+                if !spec.path.starts_with('/')
+                    || spec
+                        .path
+                        .chars()
+                        .any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(ApiError::invalid(
+                        "probe.path",
+                        format!(
+                            "must start with '/' and hold no spaces or control characters, got {:?}",
+                            spec.path
+                        ),
+                    ));
+                }
+                Liveness::Probe(spec)
+            }
+        })
+    }
+
+    /// Deletes an instance (and its durable record if persistent). An instance kept alive by
+    /// a session belongs to it: deleting it from elsewhere is refused unless `force` (its
+    /// session may still re-register it later).
+    ///
+    /// Errors: 404 unknown instance; 409 owned by a session and `force` is false.
+    pub async fn deregister(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        force: bool,
+    ) -> Result<u64, ApiError> {
+        {
+            let mut state = self.lock();
+            if !deletable(&state, service, key, force)? {
+                return Ok(remove_and_publish(&mut state, service, key));
+            }
+        }
+        // Persistent: the store deletes it first.
+        let (s, k) = (service.clone(), key.clone());
+        let revision = self
+            .commit(
+                vec![Write::DeleteInstance(service.clone(), key.clone())],
+                move |state| {
+                    deletable(state, &s, &k, force)?;
+                    Ok(remove_and_publish(state, &s, &k))
+                },
+            )
+            .await?;
+        self.stop_probe(service, key);
+        Ok(revision)
+    }
+
+    /// Removes an instance if `session` still owns it (a session's own deregister).
+    pub fn deregister_on_session(
+        &self,
+        session: &str,
+        service: &ServiceKey,
+        key: &InstanceKey,
+    ) -> Result<u64, ApiError> {
+        let mut state = self.lock();
+        match &state.entry(service, key)?.liveness {
+            Liveness::Session(owner) if owner == session => {}
+            _ => {
+                return Err(ApiError::conflict(format!(
+                    "instance {key} of {service} is not registered on this session"
+                )));
+            }
+        }
+        Ok(remove_and_publish(&mut state, service, key))
+    }
+
+    /// Changes weight, metadata and/or enabled (the latter with its durable offline mark).
+    /// Validates everything first. Returns the new revision and instance.
+    ///
+    /// An update that takes the instance out of the consumer view (offline, weight 0) while it
+    /// is the last instance there is refused unless `patch.force`: the check and the change
+    /// are one step (the instance is reserved as leaving under the state lock before the store
+    /// write, so a racing update of another instance counts it as gone already).
+    /// Cancel-safe: once past validation, the change runs to completion even if the future is
+    /// dropped.
+    ///
+    /// Errors: 400 on an invalid field, 404 unknown instance, 409 last serving instance.
+    pub async fn update(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        patch: Patch,
+    ) -> Result<(u64, Instance), ApiError> {
+        if let Some(w) = patch.weight {
+            validate::weight(w)?;
+        }
+        if let Some(m) = &patch.metadata {
+            validate::metadata(m)?;
+        }
+        let registry = self.clone();
+        let (service, key) = (service.clone(), key.clone());
+        tokio::spawn(async move { registry.apply_update(service, key, patch).await })
+            .await
+            .map_err(|e| ApiError::Store(format!("update task failed: {e}")))?
+    }
+
+    async fn apply_update(
+        &self,
+        service: ServiceKey,
+        key: InstanceKey,
+        patch: Patch,
+    ) -> Result<(u64, Instance), ApiError> {
+        let mut batch = Vec::new();
+        let (updated, leaving) = {
+            let mut state = self.lock();
+            let entry = state.entry(&service, &key)?;
+            let mut instance = entry.instance.clone();
+            if let Some(w) = patch.weight {
+                instance.weight = w;
+            }
+            if let Some(m) = patch.metadata.clone() {
+                instance.metadata = m;
+            }
+            if let Some(enabled) = patch.enabled {
+                instance.enabled = enabled;
+                let has_mark = state.marks.contains_key(&(service.clone(), key.clone()));
+                match (enabled, has_mark) {
+                    (false, false) => batch.push(Write::PutOfflineMark(
+                        service.clone(),
+                        key.clone(),
+                        OfflineMark { since_ms: now_ms() },
+                    )),
+                    (true, true) => {
+                        batch.push(Write::DeleteOfflineMark(service.clone(), key.clone()))
+                    }
+                    _ => {}
+                }
+            }
+            if let Liveness::Probe(probe) = &entry.liveness {
+                let mut stored = instance.clone();
+                stored.healthy = true;
+                batch.push(Write::PutInstance(
+                    service.clone(),
+                    StoredInstance {
+                        instance: stored,
+                        probe: probe.clone(),
+                    },
+                ));
+            }
+            let leaving = state.reserve_leaving(self, &service, &instance, patch.force)?;
+            (instance, leaving)
+        };
+        let enabled = patch.enabled;
+        let apply = move |state: &mut State| -> Result<(u64, Instance), ApiError> {
+            match enabled {
+                Some(false) => {
+                    state
+                        .marks
+                        .entry((service.clone(), key.clone()))
+                        .or_insert(MarkEntry {
+                            mark: OfflineMark { since_ms: now_ms() },
+                            gone_since: None,
+                        });
+                }
+                Some(true) => {
+                    state.marks.remove(&(service.clone(), key.clone()));
+                }
+                None => {}
+            }
+            // The instance may have left while the store wrote: 404 then.
+            let changed = state.modify(&service, &key, |i| {
+                i.weight = updated.weight;
+                i.metadata = updated.metadata;
+                i.enabled = updated.enabled;
+            })?;
+            let instance = state.entry(&service, &key)?.instance.clone();
+            if !changed {
+                // Nothing changed: no new revision, no push.
+                return Ok((state.services[&service].revision, instance));
+            }
+            let revision = state.publish(&service, Changed::Keys(vec![key]));
+            Ok((revision, instance))
+        };
+        let result = if batch.is_empty() {
+            let mut state = self.lock();
+            apply(&mut state)
+        } else {
+            self.commit(batch, apply).await
+        };
+        drop(leaving);
+        result
+    }
+
+    /// Sets an instance offline (`enabled=false`) or online, durably. `force`: see
+    /// [`Patch::force`]. Errors: 404; 409 when offline would take the last instance out of the
+    /// consumer view and `force` is false.
+    pub async fn set_enabled(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        enabled: bool,
+        force: bool,
+    ) -> Result<(u64, Instance), ApiError> {
+        self.update(
+            service,
+            key,
+            Patch {
+                enabled: Some(enabled),
+                force,
+                ..Patch::default()
+            },
+        )
+        .await
+    }
+
+    /// Renews a lease. Errors: 404 unknown instance (the client should re-register),
+    /// 409 when the instance is not lease-kept. Returns the lease's TTL.
+    pub fn heartbeat(&self, service: &ServiceKey, key: &InstanceKey) -> Result<Duration, ApiError> {
+        let mut state = self.lock();
+        let entry = state
+            .services
+            .get_mut(service)
+            .and_then(|s| s.instances.get_mut(key))
+            .ok_or_else(|| not_found(service, key))?;
+        let Liveness::Lease(lease) = &mut entry.liveness else {
+            return Err(ApiError::conflict(format!(
+                "instance {key} of {service} is kept alive by its {}, not by heartbeats",
+                entry.liveness.as_str()
+            )));
+        };
+        lease.last_heartbeat = Instant::now();
+        let ttl = lease.ttl;
+        let deadline = lease.last_heartbeat + ttl;
+        state.leases.push(deadline, service, key);
+        if state.modify(service, key, |i| i.healthy = true)? {
+            state.publish(service, Changed::Keys(vec![key.clone()]));
+        }
+        Ok(ttl)
+    }
+
+    /// Sets an instance's health flag (probes); publishes only on a change.
+    pub(crate) fn set_health(&self, service: &ServiceKey, key: &InstanceKey, healthy: bool) {
+        let mut state = self.lock();
+        if let Ok(true) = state.modify(service, key, |i| i.healthy = healthy) {
+            state.publish(service, Changed::Keys(vec![key.clone()]));
+        }
+    }
+
+    /// Replaces a service's settings, durably. Errors: 400.
+    pub async fn put_settings(
+        &self,
+        service: &ServiceKey,
+        settings: ServiceSettings,
+    ) -> Result<u64, ApiError> {
+        validate::service_key(service)?;
+        validate::protect_threshold(settings.protect_threshold)?;
+        validate::metadata(&settings.metadata)?;
+        let key = service.clone();
+        self.commit(
+            vec![Write::PutService(service.clone(), settings.clone())],
+            move |state| {
+                state.service(&key).settings = settings;
+                Ok(state.publish(&key, Changed::All))
+            },
+        )
+        .await
+    }
+}
+
+/// Whether `key` may be deleted by someone other than its session: `Ok(true)` when it is
+/// persistent (the store must delete it too), `Ok(false)` when ephemeral.
+fn deletable(
+    state: &State,
+    service: &ServiceKey,
+    key: &InstanceKey,
+    force: bool,
+) -> Result<bool, ApiError> {
+    let entry = state.entry(service, key)?;
+    if let (Liveness::Session(owner), false) = (&entry.liveness, force) {
+        return Err(state.owned_error(service, key, owner));
+    }
+    Ok(!entry.instance.ephemeral)
+}
+
+fn remove_and_publish(state: &mut State, service: &ServiceKey, key: &InstanceKey) -> u64 {
+    state.remove(service, key);
+    state.publish(service, Changed::Keys(vec![key.clone()]))
+}

@@ -1,0 +1,88 @@
+//! Sessions (DESIGN §3): one per connected client stream; the instances a session keeps alive
+//! go when it ends (or wait in grace while the registry recovers from its own stall).
+
+use std::collections::BTreeSet;
+
+use gangway_core::model::{InstanceKey, ServiceKey};
+use tokio::time::Instant;
+
+use super::hold::ClockReading;
+use super::service::Changed;
+use super::state::SessionEntry;
+use super::{Liveness, Registry};
+
+impl Registry {
+    /// Opens a session for a connected peer. Returns its id (`s<N>`). `client_id` identifies
+    /// the client process across its sessions (the native `Hello.client_id`; Nacos: its peer
+    /// IP): a session with the same non-empty `client_id` as the one owning an instance may
+    /// register it, taking it over (a reconnect whose old connection is not closed yet).
+    pub fn open_session(&self, peer: String, client_name: String, client_id: String) -> String {
+        let id = self.next_id("s");
+        self.lock().sessions.insert(
+            id.clone(),
+            SessionEntry {
+                peer,
+                client_name,
+                client_id,
+                instances: BTreeSet::new(),
+                subscribers: BTreeSet::new(),
+            },
+        );
+        self.inner.metrics.sessions_opened.inc();
+        id
+    }
+
+    /// Ends a session: its instances go at once (one revision per service), its subscriptions
+    /// leave every drain's wait. Costs what the session owns, not what the registry holds.
+    /// While the registry recovers from its own stall the instances stay instead, in
+    /// [`Liveness::Grace`], until their client registers them again on a new session or the
+    /// recovery ends (see `engine::hold`).
+    pub fn close_session(&self, id: &str) {
+        let recovering = self.observe_clock(Instant::now()) == ClockReading::Recovering;
+        let mut state = self.lock();
+        let Some(session) = state.sessions.remove(id) else {
+            return;
+        };
+        let mut removed: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
+        for (svc, key) in &session.instances {
+            let (svc, key) = (svc.clone(), key.clone());
+            if recovering {
+                if let Some(entry) = state
+                    .services
+                    .get_mut(&svc)
+                    .and_then(|s| s.instances.get_mut(&key))
+                {
+                    entry.liveness = Liveness::Grace;
+                }
+                continue;
+            }
+            state.remove(&svc, &key);
+            match removed.last_mut() {
+                Some((last, keys)) if last == &svc => keys.push(key),
+                _ => removed.push((svc, vec![key])),
+            }
+        }
+        for (svc, keys) in &removed {
+            state.publish(svc, Changed::Keys(keys.clone()));
+        }
+        let mut left = Vec::new();
+        for sub in &session.subscribers {
+            if let Some(s) = state.remove_subscriber(sub) {
+                left.push(s.service);
+            }
+        }
+        state.notify_acks(left);
+        drop(state);
+        tracing::debug!(
+            session = id,
+            services = removed.len(),
+            recovering,
+            "session closed"
+        );
+    }
+
+    /// Number of live sessions.
+    pub fn session_count(&self) -> usize {
+        self.lock().sessions.len()
+    }
+}

@@ -1,0 +1,388 @@
+//! The registry's in-memory state behind its one lock, and the rules that must hold under
+//! races, each checked and applied (or reserved) in one critical section: the kind of a
+//! service, ownership of session instances, and the last serving instance.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use gangway_core::model::{Instance, InstanceKey, Kind, OfflineMark, ServiceKey};
+use tokio::time::Instant;
+
+use super::leases::LeaseQueue;
+use super::service::{Changed, ServiceEntry};
+use super::subscribers::Subscriber;
+use super::{Entry, Liveness, Registry};
+use crate::error::ApiError;
+
+pub(crate) struct MarkEntry {
+    /// The durable mark (kept for listings and expiry decisions).
+    #[allow(dead_code)]
+    pub(crate) mark: OfflineMark,
+    /// When the marked instance was last seen leaving (None: present).
+    pub(crate) gone_since: Option<Instant>,
+}
+
+pub(crate) struct SessionEntry {
+    pub(crate) peer: String,
+    pub(crate) client_name: String,
+    /// The client process's own id, the same on each of its sessions (empty: none given).
+    pub(crate) client_id: String,
+    /// The instances this session keeps alive, so that closing it costs what it owns, not
+    /// what the registry holds.
+    pub(crate) instances: BTreeSet<(ServiceKey, InstanceKey)>,
+    /// Its subscribers' ids.
+    pub(crate) subscribers: BTreeSet<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) services: HashMap<ServiceKey, ServiceEntry>,
+    pub(crate) sessions: HashMap<String, SessionEntry>,
+    pub(crate) subscribers: HashMap<String, Subscriber>,
+    pub(crate) marks: HashMap<(ServiceKey, InstanceKey), MarkEntry>,
+    pub(crate) revision: u64,
+    /// Instances an update is taking out of the consumer view (reserved under the lock before
+    /// its store write, released when it is applied or failed): the last-serving rule counts
+    /// them as gone.
+    pub(crate) leaving: HashSet<(ServiceKey, InstanceKey)>,
+    /// Kinds reserved by registrations that are writing to the store, with their count.
+    pub(crate) pending_kinds: HashMap<ServiceKey, (Kind, usize)>,
+    /// When each lease must be looked at next.
+    pub(crate) leases: LeaseQueue,
+}
+
+/// What a [`Reservation`] holds.
+enum Reserved {
+    /// An instance an update is taking out of the consumer view ([`State::leaving`]).
+    Leaving(ServiceKey, InstanceKey),
+    /// A service's kind ([`State::pending_kinds`]).
+    Kind(ServiceKey),
+}
+
+/// Releases a reservation made under the state lock when the change holding it ends, however
+/// it ends (applied, failed, or its task dropped). Never drop one while holding the lock.
+pub(crate) struct Reservation {
+    registry: Registry,
+    what: Reserved,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut state = self.registry.lock();
+        match &self.what {
+            Reserved::Leaving(service, key) => {
+                state.leaving.remove(&(service.clone(), key.clone()));
+            }
+            Reserved::Kind(service) => {
+                if let Some(slot) = state.pending_kinds.get_mut(service) {
+                    slot.1 -= 1;
+                    if slot.1 == 0 {
+                        state.pending_kinds.remove(service);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The kind of service an instance with this liveness belongs in.
+pub(crate) fn kind_of(liveness: &Liveness) -> Kind {
+    if matches!(liveness, Liveness::Probe(_)) {
+        Kind::Persistent
+    } else {
+        Kind::Ephemeral
+    }
+}
+
+impl State {
+    pub(crate) fn service(&mut self, key: &ServiceKey) -> &mut ServiceEntry {
+        self.services
+            .entry(key.clone())
+            .or_insert_with(|| ServiceEntry::new(key))
+    }
+
+    /// Gives the service a new revision for `changed` and wakes its subscribers. Returns the
+    /// revision. O(1): the view is not rebuilt.
+    pub(crate) fn publish(&mut self, key: &ServiceKey, changed: Changed) -> u64 {
+        self.revision += 1;
+        let revision = self.revision;
+        self.service(key).publish(revision, changed);
+        revision
+    }
+
+    pub(crate) fn check_kind(&self, key: &ServiceKey, kind: Kind) -> Result<(), ApiError> {
+        let existing = self
+            .services
+            .get(key)
+            .and_then(ServiceEntry::kind)
+            .or_else(|| self.pending_kinds.get(key).map(|(k, _)| *k));
+        match existing {
+            Some(existing) if existing != kind => Err(ApiError::conflict(format!(
+                "service {key} is {existing}; cannot register an instance of the other kind ({kind}) in it"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `liveness` may (re-)register `instance` in `service` now: the kind fits, the
+    /// session exists, and no other client's session owns the instance.
+    pub(crate) fn check_register(
+        &self,
+        service: &ServiceKey,
+        instance: &Instance,
+        liveness: &Liveness,
+    ) -> Result<(), ApiError> {
+        self.check_kind(service, kind_of(liveness))?;
+        if let Liveness::Session(id) = liveness {
+            if !self.sessions.contains_key(id) {
+                return Err(ApiError::not_found(format!("no session {id}")));
+            }
+        }
+        let existing = self
+            .services
+            .get(service)
+            .and_then(|s| s.instances.get(&instance.key));
+        if let Some(Entry {
+            liveness: Liveness::Session(owner),
+            ..
+        }) = existing
+        {
+            let same_client = match liveness {
+                Liveness::Session(id) => id == owner || self.same_client(id, owner),
+                _ => false,
+            };
+            if !same_client {
+                return Err(self.owned_error(service, &instance.key, owner));
+            }
+        }
+        Ok(())
+    }
+
+    /// Two sessions of one client process (a reconnect): both gave the same client id.
+    fn same_client(&self, a: &str, b: &str) -> bool {
+        match (self.sessions.get(a), self.sessions.get(b)) {
+            (Some(a), Some(b)) => !a.client_id.is_empty() && a.client_id == b.client_id,
+            _ => false,
+        }
+    }
+
+    /// The 409 for touching an instance that `owner`'s session keeps alive.
+    pub(crate) fn owned_error(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        owner: &str,
+    ) -> ApiError {
+        let who = match self.sessions.get(owner) {
+            Some(s) if !s.client_name.is_empty() => {
+                format!("session {owner} (client {} at {})", s.client_name, s.peer)
+            }
+            Some(s) => format!("session {owner} (at {})", s.peer),
+            None => format!("session {owner}"),
+        };
+        ApiError::conflict(format!(
+            "instance {key} of {service} is kept alive by {who} and belongs to it; offline or \
+             drain take it out of traffic, and only its session (or force) removes it"
+        ))
+    }
+
+    /// Reserves `kind` for `service` while a registration writes to the store, so that a
+    /// racing registration of the other kind is refused.
+    pub(crate) fn reserve_kind(
+        &mut self,
+        registry: &Registry,
+        service: &ServiceKey,
+        kind: Kind,
+    ) -> Reservation {
+        let slot = self
+            .pending_kinds
+            .entry(service.clone())
+            .or_insert((kind, 0));
+        slot.1 += 1;
+        Reservation {
+            registry: registry.clone(),
+            what: Reserved::Kind(service.clone()),
+        }
+    }
+
+    pub(crate) fn entry(
+        &self,
+        key: &ServiceKey,
+        instance: &InstanceKey,
+    ) -> Result<&Entry, ApiError> {
+        self.services
+            .get(key)
+            .and_then(|s| s.instances.get(instance))
+            .ok_or_else(|| not_found(key, instance))
+    }
+
+    /// Changes one instance's fields (through the service, so its tally follows). Errors: 404.
+    /// `Ok(true)` when something changed; does not publish.
+    pub(crate) fn modify(
+        &mut self,
+        key: &ServiceKey,
+        instance: &InstanceKey,
+        change: impl FnOnce(&mut Instance),
+    ) -> Result<bool, ApiError> {
+        self.entry(key, instance)?;
+        Ok(self.service(key).modify(instance, change))
+    }
+
+    /// The last-serving rule, checked and reserved in one step: when `updated` (the new state
+    /// of an instance of `service`) takes it out of the consumer view, and no other instance
+    /// would be left there (instances already reserved as leaving count as gone), refuses
+    /// unless `force`. Otherwise reserves it as leaving until the returned guard drops.
+    /// O(instances reserved as leaving), from the service's tally.
+    pub(crate) fn reserve_leaving(
+        &mut self,
+        registry: &Registry,
+        service: &ServiceKey,
+        updated: &Instance,
+        force: bool,
+    ) -> Result<Option<Reservation>, ApiError> {
+        let Some(entry) = self.services.get(service) else {
+            return Ok(None);
+        };
+        if !entry.in_view(&updated.key) {
+            return Ok(None);
+        }
+        // The tally once `updated` and every reserved leaver have their new state.
+        let mut after = entry.tally();
+        let mut leave = |current: &Instance, new: &Instance| {
+            after.remove(current);
+            after.add(new);
+        };
+        if let Some(current) = entry.instances.get(&updated.key) {
+            leave(&current.instance, updated);
+        }
+        for (svc, key) in &self.leaving {
+            if svc != service || key == &updated.key {
+                continue;
+            }
+            if let Some(e) = entry.instances.get(key) {
+                let mut gone = e.instance.clone();
+                gone.enabled = false;
+                leave(&e.instance, &gone);
+            }
+        }
+        let threshold = entry.threshold();
+        if after.in_view(updated, threshold) {
+            return Ok(None);
+        }
+        if after.view_len(threshold) == 0 && !force {
+            return Err(ApiError::conflict(format!(
+                "{} is the last serving instance of {service}; taking it out of the consumer \
+                 view would cut all traffic (use force to do it anyway)",
+                updated.key
+            )));
+        }
+        self.leaving.insert((service.clone(), updated.key.clone()));
+        Ok(Some(Reservation {
+            registry: registry.clone(),
+            what: Reserved::Leaving(service.clone(), updated.key.clone()),
+        }))
+    }
+
+    /// Wakes the drains and readiness waits of these services (an ack arrived or a subscriber
+    /// left).
+    pub(crate) fn notify_acks(&self, services: impl IntoIterator<Item = ServiceKey>) {
+        for key in services {
+            if let Some(s) = self.services.get(&key) {
+                s.acks.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
+    }
+
+    /// Removes an instance, noting when a marked instance left. Does not publish.
+    pub(crate) fn remove(&mut self, key: &ServiceKey, instance: &InstanceKey) -> Option<Entry> {
+        let removed = self.services.get_mut(key)?.remove(instance)?;
+        if let Liveness::Session(owner) = &removed.liveness {
+            self.unindex(owner, key, instance);
+        }
+        if let Some(mark) = self.marks.get_mut(&(key.clone(), instance.clone())) {
+            mark.gone_since = Some(Instant::now());
+        }
+        Some(removed)
+    }
+
+    /// Inserts (or replaces) an instance, applying its offline mark. Does not publish.
+    pub(crate) fn insert(&mut self, key: &ServiceKey, mut instance: Instance, liveness: Liveness) {
+        if let Some(mark) = self.marks.get_mut(&(key.clone(), instance.key.clone())) {
+            instance.enabled = false;
+            mark.gone_since = None;
+        }
+        let instance_key = instance.key.clone();
+        match &liveness {
+            Liveness::Session(owner) => {
+                if let Some(s) = self.sessions.get_mut(owner) {
+                    s.instances.insert((key.clone(), instance_key.clone()));
+                }
+            }
+            Liveness::Lease(lease) => {
+                self.leases
+                    .push(lease.last_heartbeat + lease.ttl, key, &instance_key);
+            }
+            Liveness::Probe(_) | Liveness::Grace => {}
+        }
+        let old = self.service(key).upsert(Entry { instance, liveness });
+        if let Some(Entry {
+            liveness: Liveness::Session(old_owner),
+            ..
+        }) = old
+        {
+            let still = matches!(
+                &self.services[key].instances[&instance_key].liveness,
+                Liveness::Session(owner) if owner == &old_owner
+            );
+            if !still {
+                self.unindex(&old_owner, key, &instance_key);
+            }
+        }
+    }
+
+    /// Inserts and publishes. Returns the revision.
+    pub(crate) fn insert_and_publish(
+        &mut self,
+        key: &ServiceKey,
+        instance: Instance,
+        liveness: Liveness,
+    ) -> u64 {
+        let changed = Changed::Keys(vec![instance.key.clone()]);
+        self.insert(key, instance, liveness);
+        self.publish(key, changed)
+    }
+
+    /// Takes an instance out of its session's index (its liveness changes or it leaves).
+    pub(crate) fn unindex(&mut self, session: &str, key: &ServiceKey, instance: &InstanceKey) {
+        if let Some(s) = self.sessions.get_mut(session) {
+            s.instances.remove(&(key.clone(), instance.clone()));
+        }
+    }
+}
+
+impl State {
+    /// Adds a subscriber to the table and to its service's and session's indexes.
+    pub(crate) fn add_subscriber(&mut self, id: String, sub: Subscriber) {
+        self.service(&sub.service).subscribers.insert(id.clone());
+        if let Some(session) = sub.session.as_ref().and_then(|s| self.sessions.get_mut(s)) {
+            session.subscribers.insert(id.clone());
+        }
+        self.subscribers.insert(id, sub);
+    }
+
+    /// Removes a subscriber from the table and its indexes; the caller wakes its service's
+    /// waits ([`notify_acks`](Self::notify_acks)).
+    pub(crate) fn remove_subscriber(&mut self, id: &str) -> Option<Subscriber> {
+        let sub = self.subscribers.remove(id)?;
+        if let Some(s) = self.services.get_mut(&sub.service) {
+            s.subscribers.remove(id);
+        }
+        if let Some(session) = sub.session.as_ref().and_then(|s| self.sessions.get_mut(s)) {
+            session.subscribers.remove(id);
+        }
+        Some(sub)
+    }
+}
+
+pub(crate) fn not_found(service: &ServiceKey, instance: &InstanceKey) -> ApiError {
+    ApiError::not_found(format!("no instance {instance} in service {service}"))
+}

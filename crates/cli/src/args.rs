@@ -149,12 +149,12 @@ pub fn parse_name(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-/// Parses an instance weight: a finite number 0-10000.
+/// Parses an instance weight: 0, or a number 0.001-10000 ([`validate::weight`]).
 pub fn parse_weight(s: &str) -> Result<f64, String> {
     let w: f64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("must be a number 0-10000, got {s:?}"))?;
+        .map_err(|_| format!("must be 0 or a number 0.001-10000, got {s:?}"))?;
     validate::weight(w).map_err(|e| e.message)?;
     Ok(w)
 }

@@ -190,6 +190,10 @@ async fn argument_errors_are_one_line_and_exit_2() {
         &["list", "orders", "--group", ""][..],
         &["offline", "orders", "10.0.0.5:80", "--cluster", ""][..],
         &["server", "--log", "gangway=loud"][..],
+        // URL dot segments: `list ..` would GET /v1/instances.
+        &["list", ".."][..],
+        &["register", ".", "10.0.0.5:80"][..],
+        &["drain", "a b", "10.0.0.5:80"][..],
     ] {
         let out = fake.run(args).await;
         let err = stderr(&out);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gangway_core::model::{Instance, ProbeSpec};
+use gangway_core::model::ProbeSpec;
 use gangway_store::{MemoryStore, Store};
 use tokio::sync::Barrier;
 

@@ -9,12 +9,23 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
+echo "== docs name package registries by kind"
+# The Rust crates registry, PyPI, npm, Debian: never their host names, in docs, comments, links
+# and scripts (issue 9). Lock files are generated and keep theirs.
+registry_hosts='crates\.io|pypi\.org|npmjs\.(com|org)|deb\.debian\.org|pythonhosted\.org'
+if git grep -nIiE "$registry_hosts" -- . ':!*Cargo.lock'; then
+  echo "error: the lines above name a package registry by its host name" >&2
+  exit 1
+fi
+
 echo "== build"
 cargo build --workspace --all-targets
 out="${CARGO_TARGET_DIR:-target}"
 gangway="$out/debug/gangway"
 
 echo "== tests (unit, property, socket, real processes)"
+# Output of failing tests only (.config/nextest.toml); the process tests' result tables of a
+# green run are in target/nextest/ci/junit.xml.
 cargo nextest run --workspace --no-fail-fast --profile ci
 
 echo "== doc tests"
@@ -27,8 +38,8 @@ echo "== gangway lab --quick"
 
 # ---------------------------------------------------------------------------------------------
 # Nacos wire compatibility (issue 5): the published Nacos clients against a real `gangway server`.
-# nacos-sdk-python 3.2.0 (gRPC, PyPI), npm `nacos` 2.6.3 (v1 HTTP), crates.io `nacos-sdk` 0.8.3
-# (gRPC). Installed into project-local folders (tests/nacos/python/.venv, tests/nacos/node/
+# nacos-sdk-python 3.2.0 (gRPC, PyPI), npm `nacos` 2.6.3 (v1 HTTP), `nacos-sdk` 0.8.3 from the
+# Rust crates registry (gRPC). Installed into project-local folders (tests/nacos/python/.venv, tests/nacos/node/
 # node_modules, target/nacos-rust); the scenarios and what they measure: tests/nacos/run.py.
 # ---------------------------------------------------------------------------------------------
 echo "== Nacos clients: install"

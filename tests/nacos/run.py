@@ -370,7 +370,8 @@ def node_killed(server, scratch):
 
 
 def rust_sdk(server, scratch):
-    """crates.io nacos-sdk (gRPC): subscribe, batch register, push, deregister, service list."""
+    """nacos-sdk of the Rust crates registry (gRPC): subscribe, batch register, push, deregister,
+    service list."""
     c = Child([RUST_DRIVER, server.addr, str(server.port + 1000), "rust-svc"], HERE,
               dict(os.environ, HOME=scratch), stdin=subprocess.PIPE)
     try:

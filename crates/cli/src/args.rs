@@ -22,7 +22,8 @@ pub struct Addr {
 #[derive(Debug, Clone, Args)]
 pub struct ServiceArgs {
     /// Service name.
-    #[arg(value_name = "SERVICE")]
+    // Checked here too: `.` and `..` would be resolved out of the URL and reach another path.
+    #[arg(value_name = "SERVICE", value_parser = parse_name)]
     pub service: String,
     /// Namespace [registry default: public].
     #[arg(long, short = 'n', env = "GANGWAY_NAMESPACE", value_parser = parse_name)]
@@ -143,18 +144,19 @@ pub fn parse_server(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-/// Checks a namespace, group or cluster name (1-128 letters, digits, `.`, `_`, `-`, `:`).
+/// Checks a service, namespace, group or cluster name (1-128 letters, digits, `.`, `_`, `-`,
+/// `:`; not `.` or `..`): [`validate::name`].
 pub fn parse_name(s: &str) -> Result<String, String> {
     validate::name("name", s).map_err(|e| e.message)?;
     Ok(s.to_owned())
 }
 
-/// Parses an instance weight: a finite number 0-10000.
+/// Parses an instance weight: 0, or a number 0.001-10000 ([`validate::weight`]).
 pub fn parse_weight(s: &str) -> Result<f64, String> {
     let w: f64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("must be a number 0-10000, got {s:?}"))?;
+        .map_err(|_| format!("must be 0 or a number 0.001-10000, got {s:?}"))?;
     validate::weight(w).map_err(|e| e.message)?;
     Ok(w)
 }

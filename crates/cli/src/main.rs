@@ -3,7 +3,9 @@
 //! Registry commands talk to a running registry over its REST API (`--server`, default
 //! `127.0.0.1:8848`): tables for people by default, the registry's raw JSON with `--json`.
 //! Errors are one line on stderr and a non-zero exit status (2 for bad arguments, whether the
-//! CLI caught them and sent nothing or the registry refused them with HTTP 400).
+//! CLI caught them and sent nothing or the registry refused them with HTTP 400); with `--json`
+//! they are the registry's error shape, `{"error": {"code", "message", "field"}}`, on stdout
+//! instead, with the same exit status.
 //!
 //! Layout: [`Command`] lists the subcommands; each group lives in `commands/`, the typed HTTP
 //! client in `api`, rendering in `output`, argument parsers in `args`.
@@ -23,7 +25,7 @@ mod server;
 mod sse;
 
 use commands::{Context, drain, list, register, watch};
-use error::{CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+use error::{CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_json};
 
 /// Default registry address (Nacos's default HTTP port).
 pub const DEFAULT_SERVER: &str = "127.0.0.1:8848";
@@ -52,7 +54,8 @@ struct Cli {
         value_parser = args::parse_server
     )]
     server: String,
-    /// Print the registry's raw JSON answer instead of a table.
+    /// Print the registry's raw JSON answer instead of a table; errors too, as
+    /// {"error": {"code", "message", "field"}} on stdout (same exit status).
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
     #[command(subcommand)]
@@ -110,7 +113,7 @@ fn main() -> ExitCode {
     } else {
         match Cli::try_parse() {
             Ok(cli) => cli,
-            Err(e) => return usage_error(e),
+            Err(e) => return usage_error(e, json_requested(&argv)),
         }
     };
     // `gangway server --log` sets the filter; RUST_LOG overrides it; other commands log warnings.
@@ -136,9 +139,10 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
+    let json = cli.json;
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
-        Err(e) => report(&e),
+        Err(e) => report(&e, json),
     }
 }
 
@@ -160,7 +164,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(a) => {
             let a = match a.parse() {
                 Ok(a) => a,
-                Err(e) => return Ok(usage_error(e)),
+                Err(e) => return Ok(usage_error(e, false)),
             };
             return gangway_bench::run(a).await.map(|_| ExitCode::from(EXIT_OK));
         }
@@ -175,7 +179,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lab(a) => {
             let a = match a.parse() {
                 Ok(a) => a,
-                Err(e) => return Ok(usage_error(e)),
+                Err(e) => return Ok(usage_error(e, false)),
             };
             let exe = std::env::current_exe()?;
             let complete = gangway_lab::cli::run(a, exe).await?;
@@ -211,41 +215,84 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(outcome?)
 }
 
-/// Prints `error: ...` (one line) and picks the exit status.
-fn report(e: &anyhow::Error) -> ExitCode {
-    match e.downcast_ref::<CliError>() {
-        Some(c) if c.is_broken_pipe() => ExitCode::from(EXIT_OK),
-        Some(c) => {
-            eprintln!("error: {c}");
-            ExitCode::from(c.exit_code())
-        }
+/// Prints `error: ...` (one line on stderr; with `json`, the error object on stdout) and picks
+/// the exit status.
+fn report(e: &anyhow::Error, json: bool) -> ExitCode {
+    let (text, object, code) = match e.downcast_ref::<CliError>() {
+        Some(c) if c.is_broken_pipe() => return ExitCode::from(EXIT_OK),
+        Some(c) => (c.to_string(), c.to_json(), c.exit_code()),
         None => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(EXIT_FAILURE)
+            let text = format!("{e:#}");
+            let object = error_json("failed", &text, None);
+            (text, object, EXIT_FAILURE)
+        }
+    };
+    if json {
+        // Nothing else to tell when stdout itself is gone.
+        let _ = output::emit(&object.to_string());
+    } else {
+        eprintln!("error: {text}");
+    }
+    ExitCode::from(code)
+}
+
+/// Whether `--json` was asked for on a command line clap could not parse: a `--json` before
+/// any `--`, unless the subcommand is `lab` or `bench`, whose `--json FILE` is their own.
+fn json_requested(argv: &[String]) -> bool {
+    let args: Vec<&str> = argv
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .take_while(|a| *a != "--")
+        .collect();
+    let mut rest = args.iter();
+    // The subcommand is the first word that is neither a flag nor `--server`'s value.
+    while let Some(arg) = rest.next() {
+        match *arg {
+            "--server" | "-s" => {
+                rest.next();
+            }
+            a if a.starts_with('-') => {}
+            "lab" | "bench" => return false,
+            _ => break,
         }
     }
+    args.contains(&"--json")
 }
 
 /// Help and version print as clap does; a bad value is one line naming the argument (exit 2);
-/// other usage errors keep clap's usage hint.
-fn usage_error(e: clap::Error) -> ExitCode {
+/// other usage errors keep clap's usage hint. With `json`, every error but help and version is
+/// the error object on stdout instead (code `invalid_argument`, `field` the argument at fault
+/// when clap names one), exit 2 all the same.
+fn usage_error(e: clap::Error, json: bool) -> ExitCode {
     match e.kind() {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
-            ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK })
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK });
         }
-        ErrorKind::ValueValidation => {
-            let text = e.render().to_string();
-            eprintln!("{}", text.lines().next().unwrap_or("error: invalid value"));
-            ExitCode::from(EXIT_USAGE)
-        }
-        _ => {
-            let _ = e.print();
-            ExitCode::from(EXIT_USAGE)
-        }
+        _ => {}
     }
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or("error: invalid arguments");
+    if json {
+        let message = first.strip_prefix("error: ").unwrap_or(first);
+        let field = match e.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(arg)) => arg
+                .split_whitespace()
+                .next()
+                .map(|a| a.trim_matches(|c| c == '<' || c == '>').to_owned()),
+            _ => None,
+        };
+        let _ =
+            output::emit(&error_json("invalid_argument", message, field.as_deref()).to_string());
+    } else if e.kind() == ErrorKind::ValueValidation {
+        eprintln!("{first}");
+    } else {
+        let _ = e.print();
+    }
+    ExitCode::from(EXIT_USAGE)
 }
 
 #[cfg(test)]

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use gangway_core::validate::{MAX_LEASE, MIN_LEASE};
 use gangway_server::config::{self, Config, Liveness};
 
 use crate::args::{format_duration, parse_duration};
+use crate::error::CliError;
 
 /// Flags of `gangway server`. Durations take `500ms`, `3s`, `2m` (a bare number is seconds).
 #[derive(Debug, Args)]
@@ -65,15 +67,12 @@ fn parse_log_filter(s: &str) -> Result<String, String> {
 }
 
 impl ServerArgs {
-    /// The server configuration these flags describe. Errors: lease delete timeout < TTL.
-    pub fn config(&self) -> anyhow::Result<Config> {
-        if self.lease_delete_timeout < self.lease_ttl {
-            anyhow::bail!(
-                "--lease-delete-timeout ({}) must be at least --lease-ttl ({})",
-                format_duration(self.lease_delete_timeout),
-                format_duration(self.lease_ttl)
-            );
-        }
+    /// The server configuration these flags describe.
+    ///
+    /// Errors (a [`CliError::Usage`], exit status 2 like every bad argument): a flag out of its
+    /// range (leases: the per-instance bounds of `gangway_core::validate`, 100 ms-24 h); a lease
+    /// delete timeout below the TTL. Every problem is named, in one message.
+    pub fn config(&self) -> Result<Config, CliError> {
         let mut problems = Vec::new();
         let ms = Duration::from_millis;
         let hour = Duration::from_secs(3600);
@@ -85,12 +84,12 @@ impl ServerArgs {
                 hour,
             ),
             ("--keepalive-timeout", self.keepalive_timeout, ms(100), hour),
-            ("--lease-ttl", self.lease_ttl, ms(100), 24 * hour),
+            ("--lease-ttl", self.lease_ttl, MIN_LEASE, MAX_LEASE),
             (
                 "--lease-delete-timeout",
                 self.lease_delete_timeout,
-                ms(100),
-                24 * hour,
+                MIN_LEASE,
+                MAX_LEASE,
             ),
             ("--warmup", self.warmup, Duration::ZERO, hour),
             (
@@ -114,16 +113,30 @@ impl ServerArgs {
             ),
         ] {
             if value < min || value > max {
-                problems.push(format!(
-                    "{flag} must be {}-{}, got {}",
-                    format_duration(min),
-                    format_duration(max),
-                    format_duration(value)
+                problems.push((
+                    flag,
+                    format!(
+                        "{flag} must be {}-{}, got {}",
+                        format_duration(min),
+                        format_duration(max),
+                        format_duration(value)
+                    ),
                 ));
             }
         }
-        if !problems.is_empty() {
-            anyhow::bail!("{}", problems.join("; "));
+        if self.lease_delete_timeout < self.lease_ttl {
+            problems.push((
+                "--lease-delete-timeout",
+                format!(
+                    "--lease-delete-timeout ({}) must be at least --lease-ttl ({})",
+                    format_duration(self.lease_delete_timeout),
+                    format_duration(self.lease_ttl)
+                ),
+            ));
+        }
+        if let Some((flag, _)) = problems.first() {
+            let message: Vec<&str> = problems.iter().map(|(_, m)| m.as_str()).collect();
+            return Err(CliError::usage(flag, message.join("; ")));
         }
         Ok(Config {
             http: self.http,

@@ -221,7 +221,7 @@ fn non_finite_or_out_of_range_weights_are_refused() {
     // `-inf` is no number to clap: it needs the `=` form.
     let line = value_error(&["register", "orders", "1.2.3.4:80", "--weight=-inf"]);
     assert!(
-        line.contains("'--weight <W>': must be a finite number"),
+        line.contains("'--weight <W>': must be 0 or a number 0.001-10000, got -inf"),
         "{line}"
     );
     let cli = parse(&["register", "orders", "1.2.3.4:80", "-w", "0"]).unwrap();
@@ -371,4 +371,79 @@ fn a_400_from_the_registry_is_a_bad_argument() {
         r#"{"error":{"code":"conflict","message":"last instance","field":null}}"#,
     ));
     assert_eq!(e.exit_code(), EXIT_FAILURE);
+}
+
+#[test]
+fn json_is_requested_unless_lab_or_bench_own_the_flag() {
+    let argv = |args: &[&str]| -> Vec<String> {
+        std::iter::once("gangway")
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect()
+    };
+    assert!(json_requested(&argv(&[
+        "list", "orders", "--json", "--nope"
+    ])));
+    assert!(json_requested(&argv(&["--json", "list"])));
+    assert!(json_requested(&argv(&["-s", "h:1", "list", "--json"])));
+    // `--server`'s value is not the subcommand, whatever it is called.
+    assert!(json_requested(&argv(&[
+        "--server", "bench", "list", "--json"
+    ])));
+    assert!(!json_requested(&argv(&["list", "orders"])));
+    assert!(!json_requested(&argv(&["bench", "--json", "out.json"])));
+    assert!(!json_requested(&argv(&[
+        "--server", "h:1", "lab", "--json", "x"
+    ])));
+    assert!(!json_requested(&argv(&[
+        "register",
+        "o",
+        "1.2.3.4:80",
+        "--",
+        "--json"
+    ])));
+}
+
+#[test]
+fn errors_as_json_keep_the_registry_shape() {
+    let e = CliError::from(api::status_error(
+        "h:1",
+        400,
+        Some("Bad Request"),
+        r#"{"error":{"code":"invalid_argument","message":"must not be empty","field":"service"}}"#,
+    ));
+    assert_eq!(
+        e.to_json(),
+        serde_json::json!({"error": {"code": "invalid_argument", "message": "must not be empty", "field": "service"}})
+    );
+    let e = CliError::from(api::status_error("h:1", 502, Some("Bad Gateway"), ""));
+    assert_eq!(
+        e.to_json(),
+        serde_json::json!({"error": {"code": "http_502", "message": "Bad Gateway", "field": null}})
+    );
+    let e = CliError::usage("--meta", "key \"a\" given twice");
+    assert_eq!(e.to_string(), "--meta: key \"a\" given twice");
+    assert_eq!(
+        e.to_json(),
+        serde_json::json!({"error": {"code": "invalid_argument", "message": "key \"a\" given twice", "field": "--meta"}})
+    );
+    // A message that starts with its flag is not prefixed twice.
+    let e = CliError::usage("--lease-ttl", "--lease-ttl must be 100ms-1440m, got 1500m");
+    assert_eq!(e.to_string(), "--lease-ttl must be 100ms-1440m, got 1500m");
+    assert_eq!(e.exit_code(), EXIT_USAGE);
+}
+
+#[test]
+fn server_flags_out_of_range_are_usage_errors() {
+    let cli = parse(&["server", "--keepalive-timeout", "0", "--lease-ttl", "25h"]).unwrap();
+    let Command::Server(args) = cli.command else {
+        panic!("not server")
+    };
+    let err = args.config().unwrap_err();
+    assert_eq!(err.exit_code(), EXIT_USAGE);
+    assert_eq!(
+        err.to_string(),
+        "--keepalive-timeout must be 100ms-60m, got 0ms; --lease-ttl must be 100ms-1440m, got \
+         1500m; --lease-delete-timeout (30s) must be at least --lease-ttl (1500m)"
+    );
 }

@@ -107,11 +107,12 @@ async fn register_list_offline_drain_deregister_round_trip() {
     assert!(out.starts_with("orders  revision "), "{out}");
 
     // The registry's own validation error comes back as one line, exit 2 (a bad argument).
-    let out = run(&["register", "orders!", "10.0.0.6:80"]).await;
+    // (A bad service name is caught by the CLI; a zero TTL only by the registry.)
+    let out = run(&["register", "orders", "10.0.0.6:80", "--ttl", "0"]).await;
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(
-        err.starts_with("error: service: ") && err.ends_with("(HTTP 400)\n"),
+        err.starts_with("error: ttl_ms: ") && err.ends_with("(HTTP 400)\n"),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -3,7 +3,6 @@
 mod fake_registry;
 
 use std::process::Output;
-use std::time::Duration;
 
 use fake_registry::running::Running;
 use fake_registry::{Fake, error, gangway, json, sse, text};
@@ -191,6 +190,10 @@ async fn argument_errors_are_one_line_and_exit_2() {
         &["list", "orders", "--group", ""][..],
         &["offline", "orders", "10.0.0.5:80", "--cluster", ""][..],
         &["server", "--log", "gangway=loud"][..],
+        // URL dot segments: `list ..` would GET /v1/instances.
+        &["list", ".."][..],
+        &["register", ".", "10.0.0.5:80"][..],
+        &["drain", "a b", "10.0.0.5:80"][..],
     ] {
         let out = fake.run(args).await;
         let err = stderr(&out);
@@ -243,10 +246,6 @@ async fn an_answer_from_another_server_says_so() {
             "HTTP 200 OK, the answer is not JSON",
         ),
         (
-            &["list", "orders", "--json"][..],
-            "HTTP 200 OK, the answer is not JSON",
-        ),
-        (
             &["watch", "orders"][..],
             "HTTP 200 OK answered with application/json instead of an event stream",
         ),
@@ -260,6 +259,17 @@ async fn an_answer_from_another_server_says_so() {
         );
         assert_eq!(stdout(&out), "", "{args:?}");
     }
+    // With --json the same error is the error object, on stdout.
+    let out = fake.run(&["list", "orders", "--json"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out), "");
+    let message = format!(
+        "{addr} does not look like a gangway registry (HTTP 200 OK, the answer is not JSON)"
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!({"error": {"code": "not_registry", "message": message, "field": null}})
+    );
 }
 
 #[tokio::test]
@@ -780,4 +790,212 @@ async fn logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.contains("INFO"), "{err}");
     assert!(!err.contains('\x1b'), "{err:?}");
+}
+
+/// Parses stdout as one JSON value.
+fn stdout_json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", stdout(o)))
+}
+
+#[tokio::test]
+async fn with_json_errors_are_json_on_stdout_with_the_same_exit_codes() {
+    let refusal = json!({"error": {"code": "conflict",
+        "message": "10.0.0.5:80 is the last serving instance of orders; use force", "field": null}});
+    let fake = Fake::start(vec![
+        error(
+            "POST",
+            "/v1/services/orders/instances",
+            400,
+            "invalid_argument",
+            "must be 100-86400000 (24 h), got 0",
+            Some("ttl_ms"),
+        ),
+        json(
+            "POST",
+            "/v1/services/orders/instances/10.0.0.5:80/drain",
+            409,
+            refusal.clone(),
+        ),
+        text("GET", "/v1/services", 404, "404 page not found"),
+    ])
+    .await;
+    // From the registry: its own error object, exit 2 for a 400, 1 for a 409.
+    let out = fake
+        .run(&["register", "orders", "10.0.0.5:80", "--ttl", "0", "--json"])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out),
+        json!({"error": {"code": "invalid_argument", "message": "must be 100-86400000 (24 h), got 0", "field": "ttl_ms"}})
+    );
+    assert_eq!(stderr(&out), "");
+    let out = fake
+        .run(&["--json", "drain", "orders", "10.0.0.5:80"])
+        .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out), refusal);
+    assert_eq!(stderr(&out), "");
+
+    // Caught by the CLI: the same shape, a code of its own, the argument as the field.
+    let addr = fake.addr;
+    let cases: [(&[&str], u8, &str, Value, &str); 4] = [
+        (
+            &[
+                "register",
+                "orders",
+                "10.0.0.5:80",
+                "-m",
+                "a=1",
+                "-m",
+                "a=2",
+                "--json",
+            ],
+            2,
+            "invalid_argument",
+            json!("--meta"),
+            "key \"a\" given twice",
+        ),
+        (
+            &[
+                "register",
+                "orders",
+                "10.0.0.5:80",
+                "--weight",
+                "-1",
+                "--json",
+            ],
+            2,
+            "invalid_argument",
+            json!("--weight"),
+            "invalid value '-1' for '--weight <W>'",
+        ),
+        (
+            &["--json", "list", "orders", "--nope"],
+            2,
+            "invalid_argument",
+            json!("--nope"),
+            "unexpected argument '--nope'",
+        ),
+        (
+            &["services", "--json"],
+            1,
+            "not_registry",
+            Value::Null,
+            &format!("{addr} does not look like a gangway registry (HTTP 404 Not Found)"),
+        ),
+    ];
+    for (args, code, error_code, field, message) in cases {
+        let out = fake.run(args).await;
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(code)),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let v = stdout_json(&out);
+        assert_eq!(v["error"]["code"], error_code, "{args:?}: {v}");
+        assert_eq!(v["error"]["field"], field, "{args:?}: {v}");
+        let text = v["error"]["message"].as_str().unwrap();
+        assert!(text.contains(message), "{args:?}: {v}");
+        assert_eq!(v.as_object().unwrap().len(), 1, "{v}");
+        assert_eq!(v["error"].as_object().unwrap().len(), 3, "{v}");
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+    assert_eq!(
+        fake.requests().len(),
+        3,
+        "the CLI's own refusals sent nothing"
+    );
+
+    // Unreachable: exit 1.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let free = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let out = gangway(&free, &["list", "orders", "--json"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let v = stdout_json(&out);
+    assert_eq!(v["error"]["code"], "unreachable", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("cannot reach the registry at {free}: ")),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn server_flag_errors_exit_2_like_every_other_bad_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let base = [
+        "server",
+        "--http",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    for (extra, reason) in [
+        (
+            &["--keepalive-timeout", "0"][..],
+            "--keepalive-timeout must be 100ms-60m, got 0ms",
+        ),
+        (
+            &["--lease-ttl", "25h", "--lease-delete-timeout", "25h"][..],
+            "--lease-ttl must be 100ms-1440m, got 1500m; --lease-delete-timeout must be 100ms-1440m, got 1500m",
+        ),
+        (
+            &["--lease-ttl", "20s", "--lease-delete-timeout", "10s"][..],
+            "--lease-delete-timeout (10s) must be at least --lease-ttl (20s)",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        // `--server` is every command's global flag; the server ignores it.
+        let out = gangway("127.0.0.1:1", &args).await;
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), format!("error: {reason}\n"), "{extra:?}");
+        assert_eq!(stdout(&out), "");
+    }
+    assert!(!data.exists(), "a refused start creates no data directory");
+}
+
+#[tokio::test]
+async fn the_heartbeat_hint_keeps_namespace_group_and_cluster() {
+    let fake = Fake::start(vec![json(
+        "POST",
+        "/v1/services/orders/instances",
+        200,
+        json!({"revision": 5, "instance": instance("10.0.0.5", 8080, true)}),
+    )])
+    .await;
+    let out = fake
+        .run(&[
+            "register",
+            "orders",
+            "10.0.0.5:8080",
+            "-n",
+            "prod",
+            "--group",
+            "blue",
+            "-c",
+            "east",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "`gangway heartbeat orders 10.0.0.5:8080 --namespace prod --group blue --cluster east`"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let out = fake.run(&["register", "orders", "10.0.0.5:8080"]).await;
+    assert!(
+        stderr(&out).contains("`gangway heartbeat orders 10.0.0.5:8080`"),
+        "{}",
+        stderr(&out)
+    );
 }

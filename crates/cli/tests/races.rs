@@ -201,10 +201,14 @@ async fn race(n: usize, path: Path) {
                                 let out = cli(&base, args).await;
                                 match out.status.code() {
                                     Some(0) => (addr, None),
-                                    Some(1) => (
-                                        addr,
-                                        Some(String::from_utf8_lossy(&out.stderr).into_owned()),
-                                    ),
+                                    Some(1) => {
+                                        // --json: the registry's error object on stdout.
+                                        let v: Value = serde_json::from_slice(&out.stdout)
+                                            .expect("a JSON error on stdout");
+                                        assert_eq!(v["error"]["code"], "conflict", "{v}");
+                                        let message = v["error"]["message"].as_str().unwrap();
+                                        (addr, Some(message.to_owned()))
+                                    }
                                     other => panic!(
                                         "exit {other:?}: {}",
                                         String::from_utf8_lossy(&out.stderr)

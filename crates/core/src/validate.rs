@@ -1,10 +1,11 @@
-//! Input rules (issue #2). Each check returns a [`ValidationError`] naming the field and the rule;
-//! callers validate the whole request before changing anything.
+//! Input rules (issues #2 and #9). Each check returns a [`ValidationError`] naming the field and
+//! the rule; callers validate the whole request before changing anything.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::time::Duration;
 
-use crate::model::{InstanceKey, ServiceKey};
+use crate::model::{InstanceKey, ProbeSpec, ServiceKey};
 
 /// Longest namespace, group, service or cluster name, in characters.
 pub const MAX_NAME_LEN: usize = 128;
@@ -12,6 +13,22 @@ pub const MAX_NAME_LEN: usize = 128;
 pub const MAX_HOST_LEN: usize = 253;
 /// Largest weight.
 pub const MAX_WEIGHT: f64 = 10_000.0;
+/// Smallest weight above 0. Below it a weight is either a typo or a rounding artefact
+/// (`-0.0`, subnormals such as `5e-324`) that would count as serving while receiving no traffic.
+pub const MIN_WEIGHT: f64 = 0.001;
+/// Shortest lease TTL (and so delete timeout): 100 ms.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+/// Longest lease TTL or delete timeout: 24 h. A longer lease is an instance that never
+/// expires, which is what a persistent instance is for.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+/// Shortest probe interval, ms.
+pub const MIN_PROBE_INTERVAL_MS: u64 = 100;
+/// Longest probe interval, ms: 1 h.
+pub const MAX_PROBE_INTERVAL_MS: u64 = 3_600_000;
+/// Largest probe `fall` or `rise` count.
+pub const MAX_PROBE_COUNT: u32 = 100;
+/// Longest HTTP probe path, in bytes (the path is stored durably with the instance).
+pub const MAX_PROBE_PATH_BYTES: usize = 1024;
 /// Most metadata keys per instance or service.
 pub const MAX_METADATA_KEYS: usize = 64;
 /// Longest metadata key, in bytes.
@@ -40,10 +57,18 @@ impl ValidationError {
 }
 
 /// A namespace, group, service or cluster name: 1-128 characters of ASCII letters, digits,
-/// `.`, `_`, `-`, `:`. (So no empty names, whitespace, control characters or Nacos's `@@`.)
+/// `.`, `_`, `-`, `:`, and not `.` or `..`. (So no empty names, whitespace, control
+/// characters or Nacos's `@@`; and no names that are URL dot segments, which HTTP clients
+/// resolve away (RFC 3986 §5.2.4), so that `/v1/services/../instances` could never reach them.)
 pub fn name(field: &str, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(ValidationError::new(field, "must not be empty"));
+    }
+    if value == "." || value == ".." {
+        return Err(ValidationError::new(
+            field,
+            format!("must not be {value:?}: URLs drop the dot segments \".\" and \"..\""),
+        ));
     }
     let len = value.chars().count();
     if len > MAX_NAME_LEN {
@@ -167,16 +192,119 @@ pub fn addr(value: &str) -> Result<(String, u16), ValidationError> {
     Ok((host.to_owned(), port))
 }
 
-/// A weight: finite, 0-10000.
+/// A weight: exactly `0` (never picked), or a number from [`MIN_WEIGHT`] (0.001) to
+/// [`MAX_WEIGHT`] (10000). Refused: negatives, `-0.0` (it would be echoed back as `-0.0`),
+/// anything between 0 and 0.001 (subnormals such as `5e-324` included), NaN and infinities.
 pub fn weight(value: f64) -> Result<(), ValidationError> {
-    if value.is_finite() && (0.0..=MAX_WEIGHT).contains(&value) {
+    // `to_bits` tells +0.0 from -0.0, which compare equal.
+    if value.to_bits() == 0 || (MIN_WEIGHT..=MAX_WEIGHT).contains(&value) {
         Ok(())
     } else {
         Err(ValidationError::new(
             "weight",
-            format!("must be a finite number 0-10000, got {value}"),
+            format!("must be 0 or a number 0.001-10000, got {value:?}"),
         ))
     }
+}
+
+/// A lease TTL (field `ttl_ms`): the time without a heartbeat after which an instance is
+/// unhealthy, [`MIN_LEASE`] (100 ms) to [`MAX_LEASE`] (24 h) inclusive.
+pub fn lease_ttl(ttl: Duration) -> Result<(), ValidationError> {
+    if (MIN_LEASE..=MAX_LEASE).contains(&ttl) {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            "ttl_ms",
+            format!(
+                "must be {}-{} (24 h), got {}",
+                MIN_LEASE.as_millis(),
+                MAX_LEASE.as_millis(),
+                ttl.as_millis()
+            ),
+        ))
+    }
+}
+
+/// A lease delete timeout (field `delete_timeout_ms`): the time without a heartbeat after which
+/// an instance is deleted, at least its `ttl` and at most [`MAX_LEASE`] (24 h).
+pub fn lease_delete_timeout(
+    ttl: Duration,
+    delete_timeout: Duration,
+) -> Result<(), ValidationError> {
+    if (ttl..=MAX_LEASE).contains(&delete_timeout) {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            "delete_timeout_ms",
+            format!(
+                "must be at least the TTL ({} ms) and at most {} (24 h), got {}",
+                ttl.as_millis(),
+                MAX_LEASE.as_millis(),
+                delete_timeout.as_millis()
+            ),
+        ))
+    }
+}
+
+/// A lease: [`lease_ttl`], then [`lease_delete_timeout`].
+pub fn lease(ttl: Duration, delete_timeout: Duration) -> Result<(), ValidationError> {
+    lease_ttl(ttl)?;
+    lease_delete_timeout(ttl, delete_timeout)
+}
+
+/// A probe interval (field `probe.interval_ms`), ms: [`MIN_PROBE_INTERVAL_MS`] (100) to
+/// [`MAX_PROBE_INTERVAL_MS`] (3600000, 1 h) inclusive.
+pub fn probe_interval_ms(value: u64) -> Result<(), ValidationError> {
+    if (MIN_PROBE_INTERVAL_MS..=MAX_PROBE_INTERVAL_MS).contains(&value) {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            "probe.interval_ms",
+            format!("must be {MIN_PROBE_INTERVAL_MS}-{MAX_PROBE_INTERVAL_MS}, got {value}"),
+        ))
+    }
+}
+
+/// A probe's `fall` or `rise` count (`field` is `probe.fall` or `probe.rise`): consecutive
+/// results, 1 to [`MAX_PROBE_COUNT`] (100).
+pub fn probe_count(field: &str, value: u32) -> Result<(), ValidationError> {
+    if (1..=MAX_PROBE_COUNT).contains(&value) {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            field,
+            format!("must be 1-{MAX_PROBE_COUNT}, got {value}"),
+        ))
+    }
+}
+
+/// An HTTP probe's path (field `probe.path`): starts with `/`, at most
+/// [`MAX_PROBE_PATH_BYTES`] (1024) bytes, no whitespace or control characters.
+pub fn probe_path(value: &str) -> Result<(), ValidationError> {
+    if value.len() > MAX_PROBE_PATH_BYTES {
+        return Err(ValidationError::new(
+            "probe.path",
+            format!(
+                "must be at most {MAX_PROBE_PATH_BYTES} bytes, got {}",
+                value.len()
+            ),
+        ));
+    }
+    if !value.starts_with('/') || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ValidationError::new(
+            "probe.path",
+            format!("must start with '/' and hold no spaces or control characters, got {value:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A probe: [`probe_interval_ms`], [`probe_count`] of `fall` and `rise`, [`probe_path`].
+pub fn probe(spec: &ProbeSpec) -> Result<(), ValidationError> {
+    probe_interval_ms(spec.interval_ms)?;
+    probe_count("probe.fall", spec.fall)?;
+    probe_count("probe.rise", spec.rise)?;
+    probe_path(&spec.path)
 }
 
 /// Metadata: at most 64 keys and 16 KiB of keys plus values; keys 1-256 bytes without control

@@ -28,6 +28,12 @@ pub enum ApiError {
     /// The path exists but not with this method (HTTP 405).
     #[error("method not allowed on this path; see /v1/openapi.json")]
     MethodNotAllowed,
+    /// The request body is larger than the server accepts (HTTP 413).
+    #[error("the request body must be at most {limit_bytes} bytes")]
+    PayloadTooLarge {
+        /// The limit, in bytes.
+        limit_bytes: usize,
+    },
     /// The registry is starting and holds back snapshots (HTTP 503, gRPC UNAVAILABLE).
     #[error("the registry is warming up; retry shortly")]
     WarmingUp,
@@ -56,13 +62,15 @@ impl ApiError {
         Self::Invalid(ValidationError::new(field, message))
     }
 
-    /// Stable code: `invalid_argument`, `not_found`, `conflict`, `warming_up`, `internal`.
+    /// Stable code: `invalid_argument`, `not_found`, `method_not_allowed`, `conflict`,
+    /// `payload_too_large`, `warming_up`, `internal`.
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid(_) => "invalid_argument",
             ApiError::NotFound { .. } => "not_found",
             ApiError::Conflict { .. } => "conflict",
             ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::WarmingUp => "warming_up",
             ApiError::Store(_) => "internal",
         }
@@ -91,6 +99,7 @@ impl ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::WarmingUp => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -143,6 +152,7 @@ impl From<ApiError> for tonic::Status {
             ApiError::NotFound { .. } => tonic::Status::not_found(message),
             ApiError::Conflict { .. } => tonic::Status::failed_precondition(message),
             ApiError::MethodNotAllowed => tonic::Status::unimplemented(message),
+            ApiError::PayloadTooLarge { .. } => tonic::Status::resource_exhausted(message),
             ApiError::WarmingUp => tonic::Status::unavailable(message),
             ApiError::Store(_) => tonic::Status::internal(message),
         }

@@ -40,7 +40,7 @@ pub struct RegisterArgs {
     /// deleted only by `deregister`.
     #[arg(long)]
     pub persistent: bool,
-    /// Share of traffic, 0-10000 (0 = never picked) [registry default: 1].
+    /// Share of traffic: 0 (never picked) or 0.001-10000 [registry default: 1].
     #[arg(long, short = 'w', value_name = "W", value_parser = parse_weight, allow_negative_numbers = true)]
     pub weight: Option<f64>,
     /// Metadata entry; repeat for more.
@@ -111,14 +111,15 @@ impl RegisterArgs {
         let mut metadata = BTreeMap::new();
         for (k, v) in &self.meta {
             if metadata.insert(k.clone(), v.clone()).is_some() {
-                return Err(CliError::Usage(format!("--meta: key {k:?} given twice")));
+                return Err(CliError::usage("--meta", format!("key {k:?} given twice")));
             }
         }
         let probe = match (self.probe, &self.probe_path) {
             (None, None) => None,
             (Some(ProbeKind::Tcp), Some(_)) => {
-                return Err(CliError::Usage(
-                    "--probe-path: only HTTP probes have a path (use --probe http)".to_owned(),
+                return Err(CliError::usage(
+                    "--probe-path",
+                    "only HTTP probes have a path (use --probe http)",
                 ));
             }
             (Some(ProbeKind::Tcp), None) => Some(Probe {
@@ -165,12 +166,29 @@ pub async fn register(ctx: &Context, args: RegisterArgs) -> Outcome {
         }
         eprintln!(
             "hint: this ephemeral instance is lease-kept: send heartbeats \
-             (`gangway heartbeat {} {}`, or register with --keep-alive), or it turns unhealthy \
+             (`{}`, or register with --keep-alive), or it turns unhealthy \
              after the TTL and disappears after the delete timeout",
-            inst.service.service, inst.addr
+            heartbeat_command(inst)
         );
     }
     ok()
+}
+
+/// The `gangway heartbeat` command line that renews `inst`'s lease: the service and address,
+/// and the namespace, group and cluster when they were given (by flag or environment), since
+/// the heartbeat must name the same instance.
+fn heartbeat_command(inst: &InstanceArgs) -> String {
+    let mut cmd = format!("gangway heartbeat {} {}", inst.service.service, inst.addr);
+    for (flag, value) in [
+        ("--namespace", &inst.service.namespace),
+        ("--group", &inst.service.group),
+        ("--cluster", &inst.cluster),
+    ] {
+        if let Some(v) = value {
+            cmd.push_str(&format!(" {flag} {v}"));
+        }
+    }
+    cmd
 }
 
 /// `gangway deregister`.

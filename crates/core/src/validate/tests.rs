@@ -1,6 +1,9 @@
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use proptest::prelude::*;
+
+use crate::model::ProbeSpec;
 
 use super::*;
 
@@ -23,6 +26,21 @@ fn names_follow_the_rule() {
     }
     let long = name("service", &"x".repeat(129)).unwrap_err();
     assert_eq!(long.message, "must be at most 128 characters, got 129");
+}
+
+#[test]
+fn names_are_never_url_dot_segments() {
+    for dots in [".", ".."] {
+        let err = name("service", dots).unwrap_err();
+        assert_eq!(err.field, "service");
+        assert_eq!(
+            err.message,
+            format!(r#"must not be "{dots}": URLs drop the dot segments "." and "..""#)
+        );
+    }
+    for ok in ["...", ".a", "a.", "..a", "a..b"] {
+        assert_eq!(name("service", ok), Ok(()), "{ok}");
+    }
 }
 
 #[test]
@@ -77,12 +95,111 @@ fn addresses_parse_with_their_rules() {
 }
 
 #[test]
-fn weights_are_finite_0_to_10000() {
-    assert_eq!(weight(0.0), Ok(()));
-    assert_eq!(weight(10_000.0), Ok(()));
-    for bad in [-0.5, 10_000.5, f64::NAN, f64::INFINITY] {
-        assert_eq!(weight(bad).unwrap_err().field, "weight");
+fn weights_are_zero_or_0_001_to_10000() {
+    for ok in [0.0, 0.001, 1.0, 10_000.0] {
+        assert_eq!(weight(ok), Ok(()), "{ok:?}");
     }
+    for bad in [
+        -0.0,
+        5e-324,
+        f64::MIN_POSITIVE,
+        0.000_999,
+        -0.5,
+        10_000.5,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ] {
+        assert_eq!(weight(bad).unwrap_err().field, "weight", "{bad:?}");
+    }
+    assert_eq!(
+        weight(-0.0).unwrap_err().message,
+        "must be 0 or a number 0.001-10000, got -0.0"
+    );
+    assert_eq!(
+        weight(5e-324).unwrap_err().message,
+        "must be 0 or a number 0.001-10000, got 5e-324"
+    );
+}
+
+#[test]
+fn leases_are_100ms_to_24h_and_delete_after_the_ttl() {
+    let ms = Duration::from_millis;
+    assert_eq!(lease(ms(100), ms(100)), Ok(()));
+    assert_eq!(lease(ms(86_400_000), ms(86_400_000)), Ok(()));
+    assert_eq!(lease(ms(15_000), ms(30_000)), Ok(()));
+    let ttl = |t| lease(ms(t), ms(86_400_000)).unwrap_err();
+    assert_eq!(ttl(99).field, "ttl_ms");
+    assert_eq!(ttl(99).message, "must be 100-86400000 (24 h), got 99");
+    assert_eq!(ttl(86_400_001).field, "ttl_ms");
+    assert_eq!(
+        ttl(u64::MAX).message,
+        format!("must be 100-86400000 (24 h), got {}", u64::MAX)
+    );
+    let delete = |d| lease(ms(1_000), ms(d)).unwrap_err();
+    assert_eq!(delete(999).field, "delete_timeout_ms");
+    assert_eq!(
+        delete(999).message,
+        "must be at least the TTL (1000 ms) and at most 86400000 (24 h), got 999"
+    );
+    assert_eq!(delete(86_400_001).field, "delete_timeout_ms");
+    assert_eq!(delete(u64::MAX).field, "delete_timeout_ms");
+    // The TTL is checked first: a TTL of u64::MAX ms is reported as such, not as a delete
+    // timeout below it.
+    assert_eq!(lease(ms(u64::MAX), ms(30_000)).unwrap_err().field, "ttl_ms");
+}
+
+#[test]
+fn probes_have_bounded_intervals_counts_and_paths() {
+    assert_eq!(probe(&ProbeSpec::default()), Ok(()));
+    assert_eq!(probe_interval_ms(100), Ok(()));
+    assert_eq!(probe_interval_ms(3_600_000), Ok(()));
+    assert_eq!(
+        probe_interval_ms(99).unwrap_err(),
+        ValidationError::new("probe.interval_ms", "must be 100-3600000, got 99")
+    );
+    assert_eq!(
+        probe_interval_ms(3_600_001).unwrap_err().field,
+        "probe.interval_ms"
+    );
+    assert_eq!(probe_count("probe.fall", 1), Ok(()));
+    assert_eq!(probe_count("probe.rise", 100), Ok(()));
+    assert_eq!(
+        probe_count("probe.fall", 0).unwrap_err(),
+        ValidationError::new("probe.fall", "must be 1-100, got 0")
+    );
+    assert_eq!(
+        probe_count("probe.rise", 101).unwrap_err().field,
+        "probe.rise"
+    );
+
+    let at_limit = format!("/{}", "a".repeat(1023));
+    assert_eq!(probe_path(&at_limit), Ok(()));
+    assert_eq!(probe_path("/"), Ok(()));
+    let over = format!("{at_limit}a");
+    assert_eq!(
+        probe_path(&over).unwrap_err().message,
+        "must be at most 1024 bytes, got 1025"
+    );
+    let huge = format!("/{}", "a".repeat(100 * 1024));
+    assert!(
+        probe_path(&huge).unwrap_err().message.len() < 100,
+        "no echo of the path"
+    );
+    for bad in ["", "ready", "/a b", "/a\tb", "/a\nb"] {
+        assert_eq!(probe_path(bad).unwrap_err().field, "probe.path", "{bad:?}");
+    }
+
+    // `probe` names the first field at fault.
+    let spec = |f: fn(&mut ProbeSpec)| {
+        let mut s = ProbeSpec::default();
+        f(&mut s);
+        probe(&s).map_err(|e| e.field)
+    };
+    assert_eq!(spec(|s| s.interval_ms = 0), Err("probe.interval_ms".into()));
+    assert_eq!(spec(|s| s.fall = 0), Err("probe.fall".into()));
+    assert_eq!(spec(|s| s.rise = 0), Err("probe.rise".into()));
+    assert_eq!(spec(|s| s.path = "x".into()), Err("probe.path".into()));
 }
 
 #[test]
@@ -122,7 +239,15 @@ proptest! {
     }
 
     #[test]
-    fn weight_accepts_exactly_the_range(w in proptest::num::f64::ANY) {
-        prop_assert_eq!(weight(w).is_ok(), w.is_finite() && (0.0..=10_000.0).contains(&w));
+    fn weight_accepts_exactly_positive_zero_and_the_range(w in proptest::num::f64::ANY) {
+        let positive_zero = w == 0.0 && w.is_sign_positive();
+        prop_assert_eq!(weight(w).is_ok(), positive_zero || (0.001..=10_000.0).contains(&w));
+    }
+
+    #[test]
+    fn lease_accepts_exactly_the_bounds(ttl in 0u64..100_000_000, delete in 0u64..100_000_000) {
+        let ok = (100..=86_400_000).contains(&ttl) && (ttl..=86_400_000).contains(&delete);
+        let got = lease(Duration::from_millis(ttl), Duration::from_millis(delete));
+        prop_assert_eq!(got.is_ok(), ok);
     }
 }

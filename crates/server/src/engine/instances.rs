@@ -185,22 +185,7 @@ impl Registry {
                 let ttl = ttl.unwrap_or(self.inner.config.liveness.lease_ttl);
                 let delete_timeout =
                     delete_timeout.unwrap_or(self.inner.config.liveness.lease_delete_timeout);
-                if ttl < Duration::from_millis(100) {
-                    return Err(ApiError::invalid(
-                        "ttl_ms",
-                        format!("must be at least 100, got {}", ttl.as_millis()),
-                    ));
-                }
-                if delete_timeout < ttl {
-                    return Err(ApiError::invalid(
-                        "delete_timeout_ms",
-                        format!(
-                            "must be at least the TTL ({} ms), got {}",
-                            ttl.as_millis(),
-                            delete_timeout.as_millis()
-                        ),
-                    ));
-                }
+                validate::lease(ttl, delete_timeout)?;
                 Liveness::Lease(Lease {
                     last_heartbeat: Instant::now(),
                     ttl,
@@ -208,29 +193,7 @@ impl Registry {
                 })
             }
             LivenessRequest::Probe(spec) => {
-                if spec.interval_ms < 100 || spec.interval_ms > 3_600_000 {
-                    return Err(ApiError::invalid(
-                        "probe.interval_ms",
-                        format!("must be 100-3600000, got {}", spec.interval_ms),
-                    ));
-                }
-                if spec.fall == 0 || spec.rise == 0 || spec.fall > 100 || spec.rise > 100 {
-                    return Err(ApiError::invalid("probe", "fall and rise must be 1-100"));
-                }
-                if !spec.path.starts_with('/')
-                    || spec
-                        .path
-                        .chars()
-                        .any(|c| c.is_whitespace() || c.is_control())
-                {
-                    return Err(ApiError::invalid(
-                        "probe.path",
-                        format!(
-                            "must start with '/' and hold no spaces or control characters, got {:?}",
-                            spec.path
-                        ),
-                    ));
-                }
+                validate::probe(&spec)?;
                 Liveness::Probe(spec)
             }
         })

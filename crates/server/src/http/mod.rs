@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, State};
-use axum::http::header;
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, State};
+use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -29,13 +29,19 @@ use crate::error::ApiError;
 /// The OpenAPI 3 description served at `/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
+/// Largest request body on `/v1/`, in bytes: 2 MiB (axum's default, made explicit). A larger
+/// body is refused with 413 `payload_too_large` before it is parsed. The largest valid body, a
+/// registration with 16 KiB of metadata written with JSON escapes, stays far below it.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
 #[derive(Clone)]
 struct AppState {
     registry: Registry,
     prometheus: Arc<Mutex<prometheus_client::registry::Registry>>,
 }
 
-/// JSON body whose rejection is an [`ApiError`] (400, field `body`).
+/// JSON body whose rejection is an [`ApiError`] (400, field `body`; 413 over
+/// [`MAX_BODY_BYTES`]).
 #[derive(FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
 struct ApiJson<T>(T);
@@ -50,9 +56,27 @@ struct ApiQuery<T>(T);
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 struct ApiPath<T>(T);
 
+/// A body that could not be read: 413 when it is over [`MAX_BODY_BYTES`], else 400 naming
+/// `body` with the extractor's reason.
+fn body_error(status: StatusCode, reason: String) -> ApiError {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::PayloadTooLarge {
+            limit_bytes: MAX_BODY_BYTES,
+        }
+    } else {
+        ApiError::invalid("body", reason)
+    }
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
-        ApiError::invalid("body", r.body_text())
+        body_error(r.status(), r.body_text())
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> Self {
+        body_error(r.status(), r.body_text())
     }
 }
 
@@ -105,6 +129,7 @@ pub fn router(registry: Registry, prometheus: prometheus_client::registry::Regis
         .route("/v1/services/{service}/watch", get(watch))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /v1/openapi.json") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
 
@@ -484,7 +509,7 @@ async fn heartbeat(
 }
 
 /// An optional JSON body: empty (or only whitespace) takes `T::default()`; otherwise it must
-/// parse, or the request gets a 400 naming `body`.
+/// parse, or the request gets a 400 naming `body` (413 when over [`MAX_BODY_BYTES`]).
 struct OptionalJson<T>(T);
 
 impl<S, T> FromRequest<S> for OptionalJson<T>
@@ -495,9 +520,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::invalid("body", e.body_text()))?;
+        let bytes = axum::body::Bytes::from_request(req, state).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self(T::default()));
         }

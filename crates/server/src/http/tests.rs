@@ -151,6 +151,42 @@ fn addrs(view: &Value) -> Vec<String> {
         .collect()
 }
 
+/// At most 160 characters of `text` (a case or an answer in a failure message).
+fn short(text: &str) -> String {
+    match text.char_indices().nth(160) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// What is wrong with `reply` as the one error shape with `status`, `code` and `field`
+/// (`""`: null); `None` when it is exactly that. Tables collect these, so a failure lists
+/// every case that is wrong, not only the first.
+fn error_mismatch(reply: &Reply, status: StatusCode, code: &str, field: &str) -> Option<String> {
+    let body: Value = serde_json::from_str(&reply.text).unwrap_or(Value::Null);
+    let error = &body["error"];
+    let field = if field.is_empty() {
+        Value::Null
+    } else {
+        json!(field)
+    };
+    let right = reply.status == status
+        && reply.content_type.starts_with("application/json")
+        && body.as_object().is_some_and(|o| o.len() == 1)
+        && error.as_object().is_some_and(|e| e.len() == 3)
+        && error["code"] == code
+        && error["message"].as_str().is_some_and(|m| !m.is_empty())
+        && error["field"] == field;
+    (!right).then(|| {
+        format!(
+            "HTTP {} ({}) {}",
+            reply.status.as_u16(),
+            reply.content_type,
+            short(&reply.text)
+        )
+    })
+}
+
 fn assert_error(reply: &Reply, status: StatusCode, code: &str) -> Value {
     assert_eq!(reply.status, status, "{}", reply.text);
     assert!(
@@ -1103,6 +1139,14 @@ fn validation_cases() -> Vec<(Method, String, Option<String>, &'static str)> {
         (Method::GET, "/v1/services/bad!name/subscribers".into(), None, "service"),
         (Method::GET, "/v1/services/bad!name/watch".into(), None, "service"),
         (Method::GET, "/v1/services/orders/instances?subscriber=a%20b".into(), None, "subscriber"),
+        // dot segments: a URL cannot carry them (issue #9)
+        (Method::POST, "/v1/services/./instances".into(), s(r#"{"ip":"10.0.0.3","port":1}"#), "service"),
+        (Method::POST, "/v1/services/../instances".into(), s(r#"{"ip":"10.0.0.3","port":1}"#), "service"),
+        (Method::POST, "/v1/services/%2E%2E/instances".into(), s(r#"{"ip":"10.0.0.3","port":1}"#), "service"),
+        (Method::PUT, "/v1/services/.".into(), s(r#"{"protect_threshold":0.1}"#), "service"),
+        (Method::POST, format!("{reg}?namespace=.."), s(r#"{"ip":"10.0.0.3","port":1}"#), "namespace"),
+        (Method::POST, format!("{reg}?group=."), s(r#"{"ip":"10.0.0.3","port":1}"#), "group"),
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"cluster":".."}"#), "cluster"),
         // ports
         (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":0}"#), "port"),
         (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":70000}"#), "port"),
@@ -1116,6 +1160,12 @@ fn validation_cases() -> Vec<(Method, String, Option<String>, &'static str)> {
         (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"weight":10001}"#), "weight"),
         (Method::PATCH, one.into(), s(r#"{"weight":-1}"#), "weight"),
         (Method::PATCH, one.into(), s(r#"{"weight":10001}"#), "weight"),
+        // -0.0 and subnormal weights (issue #9): 0 exactly, or 0.001-10000
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"weight":-0.0}"#), "weight"),
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"weight":5e-324}"#), "weight"),
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"weight":0.0009}"#), "weight"),
+        (Method::PATCH, one.into(), s(r#"{"weight":-0.0}"#), "weight"),
+        (Method::PATCH, one.into(), s(r#"{"weight":1e-310}"#), "weight"),
         // metadata
         (Method::POST, reg.into(), s(&json!({"ip":"10.0.0.3","port":1,"metadata":keys65}).to_string()), "metadata"),
         (Method::POST, reg.into(), s(&json!({"ip":"10.0.0.3","port":1,"metadata":big}).to_string()), "metadata"),
@@ -1133,8 +1183,17 @@ fn validation_cases() -> Vec<(Method, String, Option<String>, &'static str)> {
         (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"ephemeral":true,"probe":{}}"#), "probe"),
         (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.3","port":1,"ephemeral":false,"ttl_ms":5000}"#), "ttl_ms"),
         (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.3","port":1,"probe":{"interval_ms":10}}"#), "probe.interval_ms"),
-        (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.3","port":1,"probe":{"fall":0}}"#), "probe"),
+        (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.3","port":1,"probe":{"interval_ms":3600001}}"#), "probe.interval_ms"),
+        (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.3","port":1,"probe":{"fall":0}}"#), "probe.fall"),
+        (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.3","port":1,"probe":{"rise":101}}"#), "probe.rise"),
         (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.3","port":1,"probe":{"path":"ready"}}"#), "probe.path"),
+        // unbounded leases and probe paths (issue #9)
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"ttl_ms":18446744073709551615}"#), "ttl_ms"),
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"ttl_ms":86400001,"delete_timeout_ms":86400001}"#), "ttl_ms"),
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"delete_timeout_ms":18446744073709551615}"#), "delete_timeout_ms"),
+        (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":1,"ttl_ms":1000,"delete_timeout_ms":86400001}"#), "delete_timeout_ms"),
+        (Method::POST, stock.into(), s(&json!({"ip":"10.0.0.3","port":1,"probe":{"kind":"http","path":format!("/{}", "a".repeat(100 * 1024))}}).to_string()), "probe.path"),
+        (Method::POST, stock.into(), s(&json!({"ip":"10.0.0.3","port":1,"probe":{"kind":"http","path":format!("/{}", "a".repeat(1024))}}).to_string()), "probe.path"),
         (Method::POST, stock.into(), s(r#"{"ip":"10.0.0.3","port":1,"probe":{"kind":"udp"}}"#), "body"),
         // malformed bodies, wrong types, unknown fields
         (Method::POST, reg.into(), s(r#"{"ip":"10.0.0.3","port":"#), "body"),
@@ -1203,24 +1262,32 @@ async fn every_validation_rule_answers_400_naming_the_field_and_changes_nothing(
     .await;
 
     let cases = validation_cases();
-    let before = app.everything().await;
+    let total = cases.len();
+    let mut before = app.everything().await;
+    let mut wrong = Vec::new();
     for (method, uri, body, field) in cases {
-        let case = format!("{method} {uri} {}", body.as_deref().unwrap_or(""));
+        let case = short(&format!("{method} {uri} {}", body.as_deref().unwrap_or("")));
         let reply = app.call(method, &uri, body.as_deref()).await;
-        assert_eq!(
-            reply.status,
-            StatusCode::BAD_REQUEST,
-            "{case}: {}",
-            reply.text
-        );
-        let error = assert_error(&reply, StatusCode::BAD_REQUEST, "invalid_argument");
-        assert_eq!(error["field"], field, "{case}: {error}");
-        assert_eq!(
-            app.everything().await,
-            before,
-            "{case} changed the registry"
-        );
+        let mut problems = Vec::new();
+        if let Some(m) = error_mismatch(&reply, StatusCode::BAD_REQUEST, "invalid_argument", field)
+        {
+            problems.push(format!("answered {m}"));
+        }
+        let after = app.everything().await;
+        if after != before {
+            problems.push("changed the registry".to_owned());
+            before = after;
+        }
+        if !problems.is_empty() {
+            wrong.push(format!("{case}\n    {}", problems.join("\n    ")));
+        }
     }
+    assert!(
+        wrong.is_empty(),
+        "{} of {total} cases wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 
     // A JSON body without its Content-Type is refused the same way.
     let request = Request::post("/v1/services/orders/instances")
@@ -1434,4 +1501,100 @@ async fn wrong_method_answers_the_json_error_shape() {
     let reply = app.call(Method::DELETE, "/v1/services", None).await;
     assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
     assert!(reply.json()["error"]["code"].is_string());
+}
+
+#[tokio::test]
+async fn the_bounds_themselves_are_accepted() {
+    let app = app();
+    let path = format!("/{}", "a".repeat(1023));
+    for (uri, body) in [
+        (
+            "/v1/services/orders/instances",
+            json!({"ip": "10.0.0.1", "port": 1, "weight": 0.001,
+                   "ttl_ms": 86_400_000, "delete_timeout_ms": 86_400_000}),
+        ),
+        (
+            "/v1/services/orders/instances",
+            json!({"ip": "10.0.0.2", "port": 1, "weight": 0.0, "ttl_ms": 100, "delete_timeout_ms": 100}),
+        ),
+        (
+            "/v1/services/stock/instances",
+            json!({"ip": "127.0.0.1", "port": 9, "weight": 10_000.0,
+                   "probe": {"kind": "http", "path": path, "interval_ms": 100, "fall": 100, "rise": 1}}),
+        ),
+    ] {
+        let answer = app.ok(Method::POST, uri, Some(body.clone())).await;
+        assert_eq!(answer["instance"]["weight"], body["weight"], "{body}");
+    }
+    let view = app
+        .ok(Method::GET, "/v1/services/orders/instances?all=true", None)
+        .await;
+    let zero = &view["instances"][1];
+    assert_eq!(zero["weight"].to_string(), "0.0", "positive zero: {zero}");
+}
+
+/// A body of 3 MiB: larger than the 2 MiB limit of every /v1 body.
+fn oversized_body() -> String {
+    format!(
+        r#"{{"ip":"10.0.0.3","port":1,"metadata":{{"k":"{}"}}}}"#,
+        "x".repeat(3 * 1024 * 1024)
+    )
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_a_413_in_the_json_shape_and_changes_nothing() {
+    let app = app();
+    app.lease("orders", "10.0.0.1").await;
+    app.lease("orders", "10.0.0.2").await;
+    let before = app.everything().await;
+    let one = "/v1/services/orders/instances/10.0.0.1:8080";
+    let body = oversized_body();
+    let cases = [
+        (
+            Method::POST,
+            "/v1/services/orders/instances".to_owned(),
+            true,
+        ),
+        (Method::PATCH, one.to_owned(), true),
+        (Method::PUT, "/v1/services/orders".to_owned(), true),
+        (Method::POST, format!("{one}/drain"), true),
+        (Method::POST, format!("{one}/drain"), false),
+        (Method::POST, format!("{one}/offline"), false),
+        (Method::POST, format!("{one}/online"), true),
+    ];
+    let total = cases.len();
+    let mut wrong = Vec::new();
+    for (method, uri, content_type) in cases {
+        let mut request = Request::builder().method(method.clone()).uri(&uri);
+        if content_type {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let reply = app
+            .send(request.body(Body::from(body.clone())).unwrap())
+            .await;
+        let case = format!("{method} {uri} (3 MiB, Content-Type: {content_type})");
+        let m = error_mismatch(
+            &reply,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "",
+        );
+        let names_limit = reply.text.contains("at most 2097152 bytes");
+        let mut problems = Vec::new();
+        if let Some(m) = m.or_else(|| (!names_limit).then(|| short(&reply.text))) {
+            problems.push(format!("answered {m}"));
+        }
+        if app.everything().await != before {
+            problems.push("changed the registry".to_owned());
+        }
+        if !problems.is_empty() {
+            wrong.push(format!("{case}\n    {}", problems.join("\n    ")));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {total} cases wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use gangway_core::model::{DEFAULT_WEIGHT, Instance, InstanceKey, ProbeSpec, ServiceKey};
+use gangway_core::validate;
 use gangway_proto::nacos as pb;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -29,7 +30,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use super::model::{json_string, split_grouped};
+use super::model::{json_string, preserved_timing, service_key};
 use super::{CLIENT_NAME_PREFIX, Nacos};
 use crate::engine::{Liveness, LivenessRequest, SubscriberInfo, SubscriberKind};
 use crate::error::ApiError;
@@ -150,6 +151,7 @@ impl From<ApiError> for Refusal {
                 INVALID_PARAM
             }
             ApiError::NotFound { .. } => 404,
+            ApiError::PayloadTooLarge { .. } => INVALID_PARAM,
             ApiError::WarmingUp => INVALID_SERVER_STATUS,
             ApiError::Store(_) => 500,
         };
@@ -240,9 +242,9 @@ impl NamingRequest {
         if name.is_empty() {
             return Err(Refusal::new(INVALID_PARAM, "serviceName must not be empty"));
         }
-        let (group, service) = split_grouped(name, self.group_name.as_deref());
-        let key = ServiceKey::new(self.namespace.as_deref().unwrap_or(""), &group, &service);
-        gangway_core::validate::service_key(&key).map_err(ApiError::from)?;
+        let namespace = self.namespace.as_deref().unwrap_or("");
+        let key =
+            service_key(namespace, name, self.group_name.as_deref()).map_err(ApiError::from)?;
         Ok(key)
     }
 
@@ -261,12 +263,14 @@ impl NamingRequest {
 }
 
 impl WireInstance {
-    /// The gangway instance and whether it asked to be disabled.
+    /// The gangway instance and whether it asked to be disabled, every field checked (so a
+    /// batch is refused whole, before any of it is registered): address, weight, metadata and
+    /// its `preserved.*` timing keys ([`preserved_timing`]).
     fn to_instance(&self) -> Result<(Instance, bool), Refusal> {
         let port = u32::try_from(self.port).unwrap_or(0);
-        let port = gangway_core::validate::port(port).map_err(ApiError::from)?;
+        let port = validate::port(port).map_err(ApiError::from)?;
         let key = InstanceKey::new(&self.ip, port, self.cluster_name.as_deref().unwrap_or(""));
-        gangway_core::validate::instance_key(&key).map_err(ApiError::from)?;
+        validate::instance_key(&key).map_err(ApiError::from)?;
         let mut instance = Instance::new(key);
         instance.weight = self.weight.unwrap_or(DEFAULT_WEIGHT);
         instance.metadata = self
@@ -276,6 +280,9 @@ impl WireInstance {
             .into_iter()
             .map(|(k, v)| (k, json_string(v)))
             .collect();
+        validate::weight(instance.weight).map_err(ApiError::from)?;
+        validate::metadata(&instance.metadata).map_err(ApiError::from)?;
+        preserved_timing(&instance.metadata).map_err(ApiError::from)?;
         Ok((instance, self.enabled == Some(false)))
     }
 }

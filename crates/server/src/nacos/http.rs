@@ -16,13 +16,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, put};
 use gangway_core::model::{DEFAULT_CLUSTER, DEFAULT_NAMESPACE, Instance, InstanceKey, ServiceKey};
-use gangway_core::validate;
+use gangway_core::validate::{self, ValidationError};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::model::{
-    META_BEAT_TIMEOUT, META_DELETE_TIMEOUT, beat_interval_for, grouped, instance_id, json_string,
-    parse_metadata, split_grouped,
+    beat_interval_for, grouped, instance_id, json_string, parse_metadata, preserved_timing,
+    service_key,
 };
 use super::{CLIENT_NAME_PREFIX, Nacos};
 use crate::engine::{LivenessRequest, Patch, SubscriberInfo, SubscriberKind};
@@ -96,6 +96,11 @@ impl NacosError {
         }
     }
 
+    /// A 400 for a broken input rule, rendered `field: rule`.
+    fn invalid(e: ValidationError) -> Self {
+        Self::bad(e.to_string())
+    }
+
     fn missing(name: &str) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
@@ -121,6 +126,11 @@ impl From<ApiError> for NacosError {
                 Self::bad(message)
             }
             ApiError::NotFound { .. } => Self::not_found(message),
+            ApiError::PayloadTooLarge { .. } => Self {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: 10001,
+                message,
+            },
             ApiError::WarmingUp => Self {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: 30000,
@@ -186,7 +196,14 @@ impl<S: Send + Sync> FromRequest<S> for Params {
         if is_form {
             let body = Bytes::from_request(req, state)
                 .await
-                .map_err(|e| NacosError::bad(format!("unreadable body: {e}")))?;
+                .map_err(|e| match e.status() {
+                    StatusCode::PAYLOAD_TOO_LARGE => NacosError {
+                        status: StatusCode::PAYLOAD_TOO_LARGE,
+                        code: 10001,
+                        message: format!("the request body is too large: {}", e.body_text()),
+                    },
+                    _ => NacosError::bad(format!("unreadable body: {e}")),
+                })?;
             for (k, v) in form_urlencoded::parse(&body) {
                 map.entry(k.into_owned()).or_insert(v.into_owned());
             }
@@ -254,17 +271,15 @@ impl Params {
         }
     }
 
-    /// The service: `serviceName` (plain or `group@@svc`), `groupName`, `namespaceId`.
+    /// The service: `serviceName` (plain or `group@@svc`), `groupName`, `namespaceId`
+    /// ([`service_key`]'s rules).
     fn service(&self) -> Result<ServiceKey, NacosError> {
         let name = self.required("serviceName")?;
-        let (group, service) = split_grouped(name, self.get("groupName"));
         let namespace = self
             .get("namespaceId")
             .or_else(|| self.get("namespace"))
             .unwrap_or(DEFAULT_NAMESPACE);
-        let key = ServiceKey::new(namespace, &group, &service);
-        validate::service_key(&key).map_err(|e| NacosError::bad(e.to_string()))?;
-        Ok(key)
+        service_key(namespace, name, self.get("groupName")).map_err(NacosError::invalid)
     }
 
     fn cluster(&self) -> &str {
@@ -278,29 +293,50 @@ impl Params {
         let ip = self.required("ip")?;
         let port = self.required("port")?;
         let key = InstanceKey::new(ip, parse_port(port)?, self.cluster());
-        validate::instance_key(&key).map_err(|e| NacosError::bad(e.to_string()))?;
+        validate::instance_key(&key).map_err(NacosError::invalid)?;
         Ok(key)
     }
 
+    /// `weight`: [`validate::weight`] (0, or 0.001-10000).
     fn weight(&self) -> Result<Option<f64>, NacosError> {
         let w = self.f64("weight")?;
-        if let Some(w) = w.filter(|w| !(0.0..=10000.0).contains(w)) {
-            return Err(NacosError::bad(format!(
-                "instance format invalid: The weights range from 0 to 10000, got {w}"
-            )));
+        if let Some(w) = w {
+            validate::weight(w).map_err(NacosError::invalid)?;
         }
         Ok(w)
     }
 
+    /// `metadata` of a service: [`validate::metadata`].
     fn metadata(&self) -> Result<Option<BTreeMap<String, String>>, NacosError> {
         match self.get("metadata") {
             None => Ok(None),
             Some(raw) => {
                 let m = parse_metadata(raw).map_err(NacosError::bad)?;
-                validate::metadata(&m).map_err(|e| NacosError::bad(e.to_string()))?;
+                validate::metadata(&m).map_err(NacosError::invalid)?;
                 Ok(Some(m))
             }
         }
+    }
+
+    /// `metadata` of an instance: [`Params::metadata`], and its `preserved.*` timing keys
+    /// checked ([`preserved_timing`]).
+    fn instance_metadata(&self) -> Result<Option<BTreeMap<String, String>>, NacosError> {
+        let m = self.metadata()?;
+        if let Some(m) = &m {
+            preserved_timing(m).map_err(NacosError::invalid)?;
+        }
+        Ok(m)
+    }
+
+    /// `udpPort`: 0 (a one-off list) to 65535 (a subscribed client's UDP port).
+    fn udp_port(&self) -> Result<u16, NacosError> {
+        let port = self.u64("udpPort")?.unwrap_or(0);
+        u16::try_from(port).map_err(|_| {
+            NacosError::invalid(ValidationError::new(
+                "udpPort",
+                format!("must be 0-65535, got {port}"),
+            ))
+        })
     }
 
     fn enabled(&self) -> Result<Option<bool>, NacosError> {
@@ -335,7 +371,7 @@ fn registration(p: &Params) -> Result<Registration, NacosError> {
     let service = p.service()?;
     let key = p.instance_key()?;
     let weight = p.weight()?.unwrap_or(gangway_core::model::DEFAULT_WEIGHT);
-    let metadata = p.metadata()?.unwrap_or_default();
+    let metadata = p.instance_metadata()?.unwrap_or_default();
     let enabled = p.enabled()?.unwrap_or(true);
     let ephemeral = p.bool("ephemeral")?.unwrap_or(true);
     p.bool("healthy")?;
@@ -352,19 +388,14 @@ fn registration(p: &Params) -> Result<Registration, NacosError> {
 }
 
 /// Registers a parsed registration: ephemeral ones on a lease (TTL and delete timeout from
-/// the `preserved.*` metadata, else the server's), persistent ones with the default TCP probe.
+/// the `preserved.*` metadata, checked by [`preserved_timing`], else the server's), persistent
+/// ones with the default TCP probe.
 async fn register_parsed(nacos: &Nacos, r: Registration) -> Result<(), NacosError> {
-    let meta_ms = |k: &str| {
-        r.instance
-            .metadata
-            .get(k)
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(std::time::Duration::from_millis)
-    };
+    let timing = preserved_timing(&r.instance.metadata).map_err(NacosError::invalid)?;
     let liveness = if r.ephemeral {
         LivenessRequest::Lease {
-            ttl: meta_ms(META_BEAT_TIMEOUT),
-            delete_timeout: meta_ms(META_DELETE_TIMEOUT),
+            ttl: timing.beat_timeout,
+            delete_timeout: timing.delete_timeout,
         }
     } else {
         LivenessRequest::Probe(gangway_core::model::ProbeSpec::default())
@@ -399,7 +430,7 @@ async fn v1_deregister(State(nacos): State<Nacos>, p: Params) -> Result<&'static
 fn patch(p: &Params) -> Result<Patch, NacosError> {
     Ok(Patch {
         weight: p.weight()?,
-        metadata: p.metadata()?,
+        metadata: p.instance_metadata()?,
         enabled: p.enabled()?,
         force: false,
     })
@@ -493,7 +524,7 @@ async fn v1_beat(State(nacos): State<Nacos>, p: Params) -> Result<Response, Naco
         })
         .unwrap_or_else(|| DEFAULT_CLUSTER.to_owned());
     let key = InstanceKey::new(&ip, parse_port(&port)?, &cluster);
-    validate::instance_key(&key).map_err(|e| NacosError::bad(e.to_string()))?;
+    validate::instance_key(&key).map_err(NacosError::invalid)?;
     let registry = nacos.registry();
     let reply = |code: u32, ttl_ms: u64| {
         axum::Json(BeatReply {
@@ -551,7 +582,7 @@ fn register_poller(
     p: &Params,
     peer: SocketAddr,
 ) -> Result<(), NacosError> {
-    let udp = p.u64("udpPort")?.unwrap_or(0);
+    let udp = p.udp_port()?;
     if udp == 0 {
         return Ok(());
     }
@@ -605,7 +636,7 @@ fn service_exists(nacos: &Nacos, key: &ServiceKey) -> Option<crate::engine::Serv
 fn threshold(p: &Params) -> Result<Option<f64>, NacosError> {
     let t = p.f64("protectThreshold")?;
     if let Some(t) = t {
-        validate::protect_threshold(t).map_err(|e| NacosError::bad(e.to_string()))?;
+        validate::protect_threshold(t).map_err(NacosError::invalid)?;
     }
     Ok(t)
 }

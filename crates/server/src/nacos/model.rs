@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gangway_core::model::{DEFAULT_GROUP, Instance, ServiceKey};
+use gangway_core::validate::{self, MAX_LEASE, ValidationError};
 use serde::Serialize;
 
 use crate::engine::{Entry, Liveness};
@@ -34,6 +35,28 @@ pub fn split_grouped(name: &str, group: Option<&str>) -> (String, String) {
             name.to_owned(),
         ),
     }
+}
+
+/// The service a Nacos request names: `name` plain (then in `group`, `DEFAULT_GROUP` when
+/// absent or empty) or grouped (`group@@service`), in `namespace` (empty: `public`), checked by
+/// [`validate::service_key`]. A grouped name with an empty group (`@@svc`) is refused (field
+/// `group`) rather than put in `DEFAULT_GROUP`, as Nacos refuses it
+/// (`NamingUtils.checkServiceNameFormat`: "groupName can't be empty").
+pub fn service_key(
+    namespace: &str,
+    name: &str,
+    group: Option<&str>,
+) -> Result<ServiceKey, ValidationError> {
+    if name.starts_with(GROUP_SEPARATOR) {
+        return Err(ValidationError::new(
+            "group",
+            format!("must not be empty in a grouped serviceName (group@@service), got {name:?}"),
+        ));
+    }
+    let (group, service) = split_grouped(name, group);
+    let key = ServiceKey::new(namespace, &group, &service);
+    validate::service_key(&key)?;
+    Ok(key)
 }
 
 /// `group@@service`.
@@ -113,6 +136,76 @@ pub struct ServiceInfo {
     pub reach_protection_threshold: bool,
     /// `hosts` is present (always true).
     pub valid: bool,
+}
+
+/// The timing a Nacos client chose in an instance's `preserved.*` metadata, checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PreservedTiming {
+    /// [`META_BEAT_INTERVAL`]: the heartbeat interval reported to clients.
+    pub beat_interval: Option<Duration>,
+    /// [`META_BEAT_TIMEOUT`]: the lease TTL of a heartbeat-kept instance.
+    pub beat_timeout: Option<Duration>,
+    /// [`META_DELETE_TIMEOUT`]: the lease delete timeout of a heartbeat-kept instance.
+    pub delete_timeout: Option<Duration>,
+}
+
+/// Reads and checks the `preserved.*` timing keys of Nacos instance metadata (absent keys stay
+/// `None`). Each present key must be a whole number of ms from 100 to 86400000 (24 h): the
+/// bounds of a lease ([`validate::lease_ttl`]); the delete timeout is at least the heartbeat
+/// timeout when both are given (gangway's lease rule, [`validate::lease_delete_timeout`]), and
+/// the heartbeat interval at most each of them that is given (Nacos
+/// `NamingUtils.checkInstanceIsLegal`). Errors name the metadata key.
+pub fn preserved_timing(
+    metadata: &BTreeMap<String, String>,
+) -> Result<PreservedTiming, ValidationError> {
+    let read = |key: &str| -> Result<Option<Duration>, ValidationError> {
+        let Some(raw) = metadata.get(key) else {
+            return Ok(None);
+        };
+        let ms = raw.trim().parse::<u64>().map_err(|_| {
+            ValidationError::new(key, format!("must be a whole number of ms, got {raw:?}"))
+        })?;
+        let d = Duration::from_millis(ms);
+        validate::lease_ttl(d).map_err(|e| ValidationError::new(key, e.message))?;
+        Ok(Some(d))
+    };
+    let timing = PreservedTiming {
+        beat_interval: read(META_BEAT_INTERVAL)?,
+        beat_timeout: read(META_BEAT_TIMEOUT)?,
+        delete_timeout: read(META_DELETE_TIMEOUT)?,
+    };
+    let inverted = timing
+        .beat_timeout
+        .zip(timing.delete_timeout)
+        .filter(|(timeout, delete)| delete < timeout);
+    if let Some((timeout, delete)) = inverted {
+        return Err(ValidationError::new(
+            META_DELETE_TIMEOUT,
+            format!(
+                "must be at least {META_BEAT_TIMEOUT} ({} ms), got {}",
+                timeout.as_millis(),
+                delete.as_millis()
+            ),
+        ));
+    }
+    if let Some(interval) = timing.beat_interval {
+        let at_most = [timing.beat_timeout, timing.delete_timeout]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(MAX_LEASE);
+        if interval > at_most {
+            return Err(ValidationError::new(
+                META_BEAT_INTERVAL,
+                format!(
+                    "must be at most {META_BEAT_TIMEOUT} and {META_DELETE_TIMEOUT} ({} ms), got {}",
+                    at_most.as_millis(),
+                    interval.as_millis()
+                ),
+            ));
+        }
+    }
+    Ok(timing)
 }
 
 /// Lease timing reported for an instance, ms: (beat interval, beat timeout, delete timeout).
@@ -259,6 +352,83 @@ mod tests {
             ("DEFAULT_GROUP".into(), "svc".into())
         );
         assert_eq!(split_grouped("svc", Some("g")), ("g".into(), "svc".into()));
+    }
+
+    #[test]
+    fn service_keys_refuse_an_empty_group_and_dot_names() {
+        let key = service_key("", "g@@svc", None).unwrap();
+        assert_eq!(key, ServiceKey::new("public", "g", "svc"));
+        assert_eq!(
+            service_key("ns", "svc", Some("")).unwrap(),
+            ServiceKey::new("ns", "DEFAULT_GROUP", "svc")
+        );
+        let err = service_key("", "@@svc", Some("g")).unwrap_err();
+        assert_eq!(err.field, "group");
+        assert_eq!(
+            err.message,
+            r#"must not be empty in a grouped serviceName (group@@service), got "@@svc""#
+        );
+        assert_eq!(service_key("", "g@@", None).unwrap_err().field, "service");
+        assert_eq!(
+            service_key("", "a@@b@@c", None).unwrap_err().field,
+            "service"
+        );
+        assert_eq!(service_key("", "..", None).unwrap_err().field, "service");
+        assert_eq!(service_key("", ".@@svc", None).unwrap_err().field, "group");
+    }
+
+    #[test]
+    fn preserved_timing_is_bounded_and_consistent() {
+        let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(preserved_timing(&m(&[])), Ok(PreservedTiming::default()));
+        let edges = m(&[
+            (META_BEAT_INTERVAL, "100"),
+            (META_BEAT_TIMEOUT, "86400000"),
+            (META_DELETE_TIMEOUT, "86400000"),
+        ]);
+        assert_eq!(
+            preserved_timing(&edges),
+            Ok(PreservedTiming {
+                beat_interval: Some(ms(100)),
+                beat_timeout: Some(ms(86_400_000)),
+                delete_timeout: Some(ms(86_400_000)),
+            })
+        );
+        let field = |pairs: &[(&str, &str)]| preserved_timing(&m(pairs)).unwrap_err().field;
+        let max = u64::MAX.to_string();
+        for key in [META_BEAT_INTERVAL, META_BEAT_TIMEOUT, META_DELETE_TIMEOUT] {
+            assert_eq!(field(&[(key, &max)]), key);
+            assert_eq!(field(&[(key, "86400001")]), key);
+            assert_eq!(field(&[(key, "99")]), key);
+            assert_eq!(field(&[(key, "15s")]), key);
+            assert_eq!(field(&[(key, "-1")]), key);
+        }
+        let err = preserved_timing(&m(&[(META_BEAT_TIMEOUT, &max)])).unwrap_err();
+        assert_eq!(
+            err.message,
+            format!("must be 100-86400000 (24 h), got {max}")
+        );
+        assert_eq!(
+            field(&[(META_BEAT_TIMEOUT, "20000"), (META_DELETE_TIMEOUT, "10000")]),
+            META_DELETE_TIMEOUT
+        );
+        assert_eq!(
+            field(&[(META_BEAT_INTERVAL, "20000"), (META_BEAT_TIMEOUT, "15000")]),
+            META_BEAT_INTERVAL
+        );
+        assert_eq!(
+            field(&[
+                (META_BEAT_INTERVAL, "20000"),
+                (META_DELETE_TIMEOUT, "15000")
+            ]),
+            META_BEAT_INTERVAL
+        );
     }
 
     #[test]

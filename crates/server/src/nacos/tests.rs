@@ -739,3 +739,292 @@ async fn v1_pollers_are_forgotten_after_three_missed_polls() {
         .collect();
     assert_eq!(ids, ["p-native"]);
 }
+
+// --- odd values (issue #9) -----------------------------------------------------------------
+
+/// Everything a refused request could have changed: each service with its revision, its
+/// instances (with their leases) and its subscribers.
+fn state(registry: &Registry) -> String {
+    registry
+        .services(None, None)
+        .into_iter()
+        .map(|s| {
+            let (revision, mut entries) = registry.entries(&s.key);
+            entries.sort_by(|a, b| a.instance.key.cmp(&b.instance.key));
+            let subscribers = registry.subscribers(&s.key);
+            format!("{} r{revision} {entries:?} {subscribers:?}\n", s.key)
+        })
+        .collect()
+}
+
+/// `metadata=` for a v1 form: the JSON object, percent-encoded.
+fn meta(m: Value) -> String {
+    form_urlencoded::byte_serialize(m.to_string().as_bytes()).collect()
+}
+
+#[tokio::test]
+async fn v1_odd_values_are_nacos_400s_naming_the_field_and_change_nothing() {
+    let app = app();
+    app.call(Method::POST, REG).await;
+    let max = u64::MAX.to_string();
+    let reg = "/nacos/v1/ns/instance?ip=10.0.0.2&port=8080";
+    let cases: Vec<(Method, String, &str)> = vec![
+        (
+            Method::POST,
+            format!("{reg}&serviceName=%40%40orders"),
+            "group",
+        ),
+        (Method::POST, format!("{reg}&serviceName=.."), "service"),
+        (
+            Method::POST,
+            format!("{reg}&serviceName=orders&groupName=."),
+            "group",
+        ),
+        (
+            Method::POST,
+            format!("{reg}&serviceName=orders&weight=-0.0"),
+            "weight",
+        ),
+        (
+            Method::POST,
+            format!("{reg}&serviceName=orders&weight=5e-324"),
+            "weight",
+        ),
+        (
+            Method::POST,
+            format!(
+                "{reg}&serviceName=orders&metadata={}",
+                meta(json!({"preserved.heart.beat.timeout": max}))
+            ),
+            "preserved.heart.beat.timeout",
+        ),
+        (
+            Method::POST,
+            format!("{reg}&serviceName=orders&metadata=preserved.ip.delete.timeout%3D{max}"),
+            "preserved.ip.delete.timeout",
+        ),
+        (
+            Method::POST,
+            format!(
+                "{reg}&serviceName=orders&metadata={}",
+                meta(json!({"preserved.heart.beat.interval": max}))
+            ),
+            "preserved.heart.beat.interval",
+        ),
+        (
+            Method::POST,
+            format!(
+                "{reg}&serviceName=orders&metadata={}",
+                meta(json!({"preserved.heart.beat.timeout": "15s"}))
+            ),
+            "preserved.heart.beat.timeout",
+        ),
+        (
+            Method::POST,
+            format!(
+                "{reg}&serviceName=orders&metadata={}",
+                meta(json!({"preserved.heart.beat.timeout": 86_400_001}))
+            ),
+            "preserved.heart.beat.timeout",
+        ),
+        (
+            // Nacos `checkInstanceIsLegal`: the interval is at most the timeout.
+            Method::POST,
+            format!(
+                "{reg}&serviceName=orders&metadata={}",
+                meta(
+                    json!({"preserved.heart.beat.interval": 20_000, "preserved.heart.beat.timeout": 15_000})
+                )
+            ),
+            "preserved.heart.beat.interval",
+        ),
+        (Method::PUT, format!("{REG}&weight=-0.0"), "weight"),
+        (
+            Method::PUT,
+            format!(
+                "{REG}&metadata={}",
+                meta(json!({"preserved.heart.beat.timeout": max}))
+            ),
+            "preserved.heart.beat.timeout",
+        ),
+        (
+            Method::PUT,
+            "/nacos/v1/ns/instance/beat?serviceName=%40%40orders&ip=10.0.0.1&port=8080".to_owned(),
+            "group",
+        ),
+        (
+            Method::GET,
+            "/nacos/v1/ns/instance/list?serviceName=orders&clientIP=10.1.1.1&udpPort=70000"
+                .to_owned(),
+            "udpPort",
+        ),
+    ];
+    let total = cases.len();
+    let mut before = state(&app.registry);
+    let mut wrong = Vec::new();
+    for (method, uri, field) in cases {
+        let (status, body) = app.call(method.clone(), &uri).await;
+        let shape = body.starts_with(&format!("caused: {field}: ")) && body.ends_with(';');
+        let mut problems = Vec::new();
+        if status != StatusCode::BAD_REQUEST || !shape {
+            problems.push(format!("answered {status} {body}"));
+        }
+        let after = state(&app.registry);
+        if after != before {
+            problems.push("changed the registry".to_owned());
+            before = after;
+        }
+        if !problems.is_empty() {
+            wrong.push(format!("{method} {uri}\n    {}", problems.join("\n    ")));
+        }
+    }
+    // The v3 envelope says the same.
+    let (status, body) = app
+        .call(
+            Method::POST,
+            "/nacos/v3/admin/ns/instance?serviceName=%40%40orders&ip=10.0.0.2&port=8080",
+        )
+        .await;
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let shape = v["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("group: "));
+    let mut problems = Vec::new();
+    if status != StatusCode::BAD_REQUEST || !shape {
+        problems.push(format!("answered {status} {body}"));
+    }
+    if state(&app.registry) != before {
+        problems.push("changed the registry".to_owned());
+    }
+    if !problems.is_empty() {
+        wrong.push(format!(
+            "v3 register of @@orders\n    {}",
+            problems.join("\n    ")
+        ));
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} cases wrong:\n{}",
+        wrong.len(),
+        total + 1,
+        wrong.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn v1_preserved_timing_at_its_bounds_is_the_lease() {
+    let app = app();
+    let m = meta(
+        json!({"preserved.heart.beat.interval": 100, "preserved.heart.beat.timeout": 86_400_000,
+                        "preserved.ip.delete.timeout": 86_400_000}),
+    );
+    let (status, body) = app
+        .call(Method::POST, &format!("{REG}&metadata={m}&udpPort=65535"))
+        .await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    let v = app
+        .list("serviceName=orders&clientIP=10.1.1.1&udpPort=65535")
+        .await;
+    let host = &v["hosts"][0];
+    assert_eq!(host["instanceHeartBeatInterval"], 100);
+    assert_eq!(host["instanceHeartBeatTimeOut"], 86_400_000);
+    assert_eq!(host["ipDeleteTimeout"], 86_400_000);
+    assert_eq!(
+        app.registry.subscribers(&ServiceKey::named("orders")).len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn grpc_odd_values_are_error_responses_and_change_nothing() {
+    let g = grpc().await;
+    let (_tx, _inbound) = g.setup().await;
+    let max = u64::MAX;
+    let instance = |extra: Value| {
+        let mut i = json!({"ip": "10.0.0.1", "port": 80});
+        i.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        i
+    };
+    let cases = [
+        ("InstanceRequest", "@@orders", instance(json!({})), "group"),
+        ("InstanceRequest", "..", instance(json!({})), "service"),
+        (
+            "InstanceRequest",
+            "orders",
+            instance(json!({"weight": -0.0})),
+            "weight",
+        ),
+        (
+            "InstanceRequest",
+            "orders",
+            instance(json!({"weight": 5e-324})),
+            "weight",
+        ),
+        (
+            "InstanceRequest",
+            "orders",
+            instance(json!({"metadata": {"preserved.heart.beat.timeout": max}})),
+            "preserved.heart.beat.timeout",
+        ),
+        (
+            "PersistentInstanceRequest",
+            "stock",
+            instance(json!({"metadata": {"preserved.ip.delete.timeout": max.to_string()}})),
+            "preserved.ip.delete.timeout",
+        ),
+        (
+            "PersistentInstanceRequest",
+            "stock",
+            instance(json!({"metadata": {"preserved.heart.beat.interval": "soon"}})),
+            "preserved.heart.beat.interval",
+        ),
+    ];
+    let mut requests: Vec<(String, Value, &str)> = cases
+        .into_iter()
+        .map(|(ty_name, service, instance, field)| {
+            let request = json!({"requestId": "r", "serviceName": service,
+                                 "type": "registerInstance", "instance": instance});
+            (ty_name.to_owned(), request, field)
+        })
+        .collect();
+    // A refused batch registers none of it, not the instances before the bad one.
+    requests.push((
+        "BatchInstanceRequest".to_owned(),
+        json!({"requestId": "b", "serviceName": "orders", "type": "batchRegisterInstance",
+               "instances": [instance(json!({})), instance(json!({"ip": "10.0.0.2", "weight": -0.0}))]}),
+        "weight",
+    ));
+    let total = requests.len();
+    let mut before = state(&g.registry);
+    let mut wrong = Vec::new();
+    for (ty_name, request, field) in requests {
+        let reply = g.unary(&ty_name, request.clone()).await;
+        let v = body(&reply);
+        let shape = v["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&format!("{field}: ")));
+        let mut problems = Vec::new();
+        if ty(&reply) != "ErrorResponse" || v["errorCode"] != 400 || !shape {
+            problems.push(format!("answered {} {v}", ty(&reply)));
+        }
+        let after = state(&g.registry);
+        if after != before {
+            problems.push("changed the registry".to_owned());
+            before = after;
+        }
+        if !problems.is_empty() {
+            wrong.push(format!(
+                "{ty_name} {request}\n    {}",
+                problems.join("\n    ")
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {total} cases wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}

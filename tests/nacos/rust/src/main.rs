@@ -1,4 +1,4 @@
-//! Drives the published crates.io `nacos-sdk` (gRPC) against gangway:
+//! Drives the published `nacos-sdk` of the Rust crates registry (gRPC) against gangway:
 //! `gangway-nacos-rust-check HTTP_ADDR GRPC_PORT SERVICE`.
 //!
 //! A consumer subscribes to SERVICE; a provider (a second client, so a second connection)

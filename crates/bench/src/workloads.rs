@@ -16,7 +16,7 @@ use crate::drivers::native::Session;
 use crate::drivers::rest::Rest;
 use crate::drivers::{channel, http_client, instance_addr};
 use crate::load::{self, Outcome, Percentiles};
-use crate::report::{Row, Table};
+use crate::report::{self, Row, Table};
 use crate::system::{Binaries, CpuMeter, Server, System};
 
 /// Sizes and durations of one run.
@@ -42,6 +42,8 @@ pub struct Params {
     pub max_sessions: usize,
     /// Pause before each RSS reading, so the server's allocator settles.
     pub settle: Duration,
+    /// Service sizes at which the big-service workload measures.
+    pub big_service_sizes: Vec<usize>,
 }
 
 impl Params {
@@ -58,6 +60,7 @@ impl Params {
             sessions: 200,
             max_sessions: 1000,
             settle: Duration::from_millis(300),
+            big_service_sizes: vec![500, 2000],
         }
     }
 
@@ -74,6 +77,7 @@ impl Params {
             sessions: 10_000,
             max_sessions: 100_000,
             settle: Duration::from_millis(1500),
+            big_service_sizes: vec![1000, 2000, 5000, 10_000, 20_000],
         }
     }
 }
@@ -189,19 +193,23 @@ pub enum Workload {
     Scale,
     /// Persistent registrations with sync to disk before the acknowledgement.
     Durable,
+    /// One service growing to 20,000 instances over one connection: cost per registration by
+    /// size.
+    BigService,
     /// Every workload in turn.
     All,
 }
 
 impl Workload {
     /// Every workload `all` runs, in order.
-    pub const EACH: [Workload; 6] = [
+    pub const EACH: [Workload; 7] = [
         Workload::Register,
         Workload::Query,
         Workload::Fanout,
         Workload::Churn,
         Workload::Scale,
         Workload::Durable,
+        Workload::BigService,
     ];
 
     /// The name used on the command line and in tables.
@@ -213,6 +221,7 @@ impl Workload {
             Workload::Churn => "churn",
             Workload::Scale => "scale",
             Workload::Durable => "durable",
+            Workload::BigService => "big-service",
             Workload::All => "all",
         }
     }
@@ -236,6 +245,9 @@ impl Workload {
             (Workload::Durable, Gangway) => vec!["rest-persistent"],
             (Workload::Durable, Rnacos) => vec!["nacos-http-persistent"],
             (Workload::Durable, Etcd) => vec!["put"],
+            (Workload::BigService, Gangway) => vec!["rest", "nacos-http"],
+            (Workload::BigService, Rnacos) => vec!["nacos-http"],
+            (Workload::BigService, Etcd) => vec!["put"],
             (Workload::All, _) => vec![],
         }
     }
@@ -333,6 +345,23 @@ impl Workload {
                     "gangway: REST, ephemeral=false (redb, fsync before the answer); rnacos: v1 HTTP ephemeral=false (Raft log); etcd: put without lease (WAL fsync).".into(),
                 ],
             ),
+            Workload::BigService => (
+                format!(
+                    "one service grows to {} instances, registered one after another over one connection: µs per registration at each size",
+                    p.big_service_sizes.last().copied().unwrap_or(0)
+                ),
+                p.big_service_sizes
+                    .iter()
+                    .map(|n| format!("µs/reg at {}", report::format_number(*n as f64)))
+                    .chain(["largest ÷ smallest".into()])
+                    .collect(),
+                p.big_service_sizes.len(),
+                false,
+                vec![
+                    format!("each size: the mean of the next {BIG_SERVICE_WINDOW} registrations once the service holds that many; gangway rest: leases; etcd: puts under one lease.").into(),
+                    "largest ÷ smallest: the cost of a registration in the biggest service over that in the smallest (1 is flat).".into(),
+                ],
+            ),
             Workload::All => unreachable!("all is run workload by workload"),
         };
         Table {
@@ -375,6 +404,7 @@ impl Workload {
                     Workload::Churn => churn(ctx, &server, d).await,
                     Workload::Scale => scale(ctx, &server, d).await,
                     Workload::Durable => durable(ctx, &server, d).await,
+                    Workload::BigService => big_service(ctx, &server, d).await,
                     Workload::All => Ok(vec![]),
                 };
                 match result {
@@ -1314,5 +1344,78 @@ async fn max_sessions(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec<Row>> {
         ],
         cpu: Some(cpu),
         note,
+    }])
+}
+
+/// Registrations timed at each big-service size.
+const BIG_SERVICE_WINDOW: usize = 200;
+
+/// One service filled one registration at a time over one connection; at each size, the mean
+/// time of the next [`BIG_SERVICE_WINDOW`] registrations.
+async fn big_service(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<Row>> {
+    const SVC: &str = "bench-big";
+    let http = http_client(1);
+    let ttl_s = 3600;
+    let lease = if driver == "put" {
+        Some(Etcd::new(http.clone(), server.http).grant(ttl_s).await?)
+    } else {
+        None
+    };
+    let rest = Rest::new(http.clone(), server.http);
+    let nacos = NacosHttp::new(http.clone(), server.http);
+    let etcd = Etcd::new(http, server.http);
+    let register = |n: usize| {
+        let (ip, port) = instance_addr(0, n as u64);
+        let (rest, nacos, etcd, lease) = (&rest, &nacos, &etcd, &lease);
+        async move {
+            match driver {
+                "rest" => rest.register_lease(SVC, &ip, port, ttl_s * 1000).await,
+                "nacos-http" => nacos.register(SVC, &ip, port, true).await,
+                "put" => {
+                    let key = etcd::key(SVC, &ip, port);
+                    etcd.put(&key, &format!("{ip}:{port}"), lease.as_deref())
+                        .await
+                }
+                other => anyhow::bail!("no big-service driver {other}"),
+            }
+        }
+    };
+    let sizes = &ctx.params.big_service_sizes;
+    let last = sizes.last().copied().unwrap_or(0) + BIG_SERVICE_WINDOW;
+    let bar = load::bar(
+        last as u64,
+        format!("{} {driver} big-service", server.system),
+    );
+    let meter = CpuMeter::start(server);
+    let mut values = Vec::new();
+    let mut n = 0;
+    for &size in sizes {
+        while n < size {
+            register(n).await?;
+            n += 1;
+            bar.inc(1);
+        }
+        let started = Instant::now();
+        for _ in 0..BIG_SERVICE_WINDOW {
+            register(n).await?;
+            n += 1;
+            bar.inc(1);
+        }
+        let us = started.elapsed().as_secs_f64() * 1e6 / BIG_SERVICE_WINDOW as f64;
+        values.push(Some(us));
+    }
+    bar.finish_and_clear();
+    let ratio = match (values.first(), values.last()) {
+        (Some(Some(a)), Some(Some(b))) if *a > 0.0 => Some(b / a),
+        _ => None,
+    };
+    values.push(ratio);
+    Ok(vec![Row {
+        system: server.system,
+        driver: driver.into(),
+        group: String::new(),
+        values,
+        cpu: Some(meter.stop()),
+        note: String::new(),
     }])
 }

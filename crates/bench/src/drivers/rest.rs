@@ -45,6 +45,25 @@ impl Rest {
         self.send(req).await.map(drop)
     }
 
+    /// Registers an ephemeral instance on a lease of `ttl_ms` (never renewed by the bench: make
+    /// it longer than the run).
+    pub async fn register_lease(
+        &self,
+        svc: &str,
+        ip: &str,
+        port: u16,
+        ttl_ms: u64,
+    ) -> anyhow::Result<()> {
+        let req = self
+            .client
+            .post(format!(
+                "{}/{svc}/instances?namespace={NAMESPACE}&group={GROUP}",
+                self.base
+            ))
+            .json(&json!({"ip": ip, "port": port, "ttl_ms": ttl_ms, "delete_timeout_ms": ttl_ms}));
+        self.send(req).await.map(drop)
+    }
+
     /// The consumer view of `svc`; returns the body.
     pub async fn list(&self, svc: &str) -> anyhow::Result<bytes::Bytes> {
         let req = self.client.get(format!(

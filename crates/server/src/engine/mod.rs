@@ -333,6 +333,11 @@ impl Registry {
         }
     }
 
+    /// A service's current revision (0 if unknown). O(1).
+    pub fn revision(&self, service: &ServiceKey) -> u64 {
+        self.lock().services.get(service).map_or(0, |s| s.revision)
+    }
+
     /// Every instance of a service with its liveness, and the revision.
     pub fn entries(&self, service: &ServiceKey) -> (u64, Vec<Entry>) {
         let state = self.lock();

@@ -161,6 +161,11 @@ impl From<ApiError> for Refusal {
 
 /// A payload of `ty` with `body` as JSON.
 pub fn payload(ty: &str, body: &Value) -> pb::Payload {
+    raw_payload(ty, serde_json::to_vec(body).unwrap_or_default())
+}
+
+/// A payload of type `ty` whose JSON body is already encoded.
+fn raw_payload(ty: &str, body: Vec<u8>) -> pb::Payload {
     pb::Payload {
         metadata: Some(pb::Metadata {
             r#type: ty.to_owned(),
@@ -169,9 +174,30 @@ pub fn payload(ty: &str, body: &Value) -> pb::Payload {
         }),
         body: Some(pb::Any {
             type_url: String::new(),
-            value: serde_json::to_vec(body).unwrap_or_default(),
+            value: body,
         }),
     }
+}
+
+/// The JSON body of a `NotifySubscriberRequest` (Nacos v2 protocol) carrying `service_info`,
+/// already encoded and shared by every subscriber pushed the same revision.
+fn notify_body(request_id: &str, service: &ServiceKey, service_info: &str) -> Vec<u8> {
+    let head = json!({
+        "requestId": request_id,
+        "headers": {},
+        "module": "naming",
+        "namespace": service.namespace,
+        "serviceName": service.service,
+        "groupName": service.group,
+    })
+    .to_string();
+    // `{...,"serviceInfo":<service_info>}`: the head without its closing brace, then the field.
+    let mut body = Vec::with_capacity(head.len() + service_info.len() + 16);
+    body.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+    body.extend_from_slice(b",\"serviceInfo\":");
+    body.extend_from_slice(service_info.as_bytes());
+    body.push(b'}');
+    body
 }
 
 /// A successful response of `ty`: the common fields plus `extra`'s.
@@ -628,8 +654,8 @@ impl Nacos {
         let sub_id = sub.clone();
         let task = tokio::spawn(async move {
             futures::pin_mut!(pushes);
-            while let Some(snapshot) = pushes.next().await {
-                let (_, info) = nacos.service_info(&key, &clusters, false, false);
+            while pushes.next().await.is_some() {
+                let info = nacos.push_info(&key, &clusters);
                 let rid = format!("push-{}", nacos.next_id());
                 {
                     let mut st = conn2.lock();
@@ -637,19 +663,11 @@ impl Nacos {
                         st.pending.clear();
                     }
                     st.pending
-                        .insert(rid.clone(), (sub_id.clone(), snapshot.view.revision));
+                        .insert(rid.clone(), (sub_id.clone(), info.revision));
                 }
-                let body = json!({
-                    "requestId": rid,
-                    "headers": {},
-                    "module": "naming",
-                    "namespace": key.namespace,
-                    "serviceName": key.service,
-                    "groupName": key.group,
-                    "serviceInfo": info,
-                });
+                let body = notify_body(&rid, &key, &info.json);
                 if tx
-                    .send(payload("NotifySubscriberRequest", &body))
+                    .send(raw_payload("NotifySubscriberRequest", body))
                     .await
                     .is_err()
                 {

@@ -49,6 +49,9 @@ pub struct Nacos {
 
 struct Inner {
     registry: Registry,
+    /// The push `serviceInfo` of each (service, cluster filter), as JSON, for the revision it
+    /// was built at: every subscriber pushed that revision shares it.
+    pushes: Mutex<HashMap<(ServiceKey, String), Arc<PushInfo>>>,
     /// Last `lastRefTime` handed out per service.
     ref_times: Mutex<HashMap<ServiceKey, u64>>,
     /// gRPC connections by transport (peer address): unary calls and the stream share it.
@@ -83,6 +86,7 @@ impl Nacos {
         Self {
             inner: Arc::new(Inner {
                 registry,
+                pushes: Mutex::new(HashMap::new()),
                 ref_times: Mutex::new(HashMap::new()),
                 conns: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
@@ -161,6 +165,50 @@ impl Nacos {
             valid: true,
         };
         (revision, info)
+    }
+}
+
+/// The `serviceInfo` of a push, built once per revision and cluster filter.
+#[derive(Debug)]
+pub struct PushInfo {
+    /// The registry revision it was read at.
+    pub revision: u64,
+    /// `serviceInfo` as JSON.
+    pub json: String,
+}
+
+impl Nacos {
+    /// The `serviceInfo` pushed to subscribers of `service` with cluster filter `clusters`
+    /// (all instances, gRPC naming): built when the service's revision moved since the last
+    /// call, otherwise shared. A subscriber acks the returned revision.
+    pub fn push_info(&self, service: &ServiceKey, clusters: &str) -> Arc<PushInfo> {
+        let current = self.registry().revision(service);
+        let key = (service.clone(), clusters.to_owned());
+        if let Some(info) = self.lock_pushes().get(&key) {
+            if info.revision == current {
+                return info.clone();
+            }
+        }
+        let (revision, info) = self.service_info(service, clusters, false, false);
+        let built = Arc::new(PushInfo {
+            revision,
+            json: serde_json::to_string(&info).expect("ServiceInfo serialises"),
+        });
+        let mut cache = self.lock_pushes();
+        let keep = cache
+            .get(&key)
+            .is_none_or(|cached| cached.revision <= revision);
+        if keep {
+            cache.insert(key, built.clone());
+        }
+        built
+    }
+
+    fn lock_pushes(&self) -> MutexGuard<'_, HashMap<(ServiceKey, String), Arc<PushInfo>>> {
+        self.inner
+            .pushes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

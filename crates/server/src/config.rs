@@ -25,8 +25,10 @@ pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(1);
 /// Default drain timeout: 30 s.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default stall threshold: the registry's clock jumping by more than this between two looks
-/// (its timer ticks every 200 ms) is its own stall (SIGSTOP, VM pause): 1 s.
-pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(1);
+/// (its timer ticks every 200 ms) is its own stall (SIGSTOP, VM pause): 2 s, ten ticks, so that
+/// a process starved of CPU for a moment (seen: 1.1 s on a loaded 2-core machine) is not taken
+/// for a stopped one.
+pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(2);
 /// Default stall recovery: after a stall, snapshots are held back and expiry waits this long
 /// while sessions reconnect and re-register (the same as the start-up warm-up): 5 s.
 pub const DEFAULT_STALL_RECOVERY: Duration = Duration::from_secs(5);

@@ -292,9 +292,13 @@ impl Server {
     }
 
     /// Stops the server: SIGTERM, then SIGKILL after 5 s.
+    ///
+    /// With `GANGWAY_BENCH_LOGS=DIR` in the environment, the server's log is kept as
+    /// `DIR/<system>-<pid>.log` (the servers log at `warn`; `RUST_LOG` raises it for gangway).
     pub async fn stop(mut self) {
+        let pid = self.child.as_ref().and_then(Child::id);
         if let Some(mut child) = self.child.take() {
-            if let Some(pid) = child.id() {
+            if let Some(pid) = pid {
                 let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
             }
             if tokio::time::timeout(Duration::from_secs(5), child.wait())
@@ -302,6 +306,12 @@ impl Server {
                 .is_err()
             {
                 let _ = child.kill().await;
+            }
+        }
+        if let Some(dir) = std::env::var_os("GANGWAY_BENCH_LOGS") {
+            let to = PathBuf::from(dir).join(format!("{}-{}.log", self.system, pid.unwrap_or(0)));
+            if let Err(e) = std::fs::copy(&self.log, &to) {
+                eprintln!("could not keep the server log as {}: {e}", to.display());
             }
         }
     }

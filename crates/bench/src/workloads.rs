@@ -743,17 +743,8 @@ async fn subscribers(
                 load::for_each(n, 128, &label, |i| {
                     let on_update = on_update.clone();
                     async move {
-                        let h: crate::drivers::native::SnapshotHandler = Arc::new(move |snap| {
-                            on_update(
-                                i,
-                                Update::Ports(
-                                    &mut snap
-                                        .instances
-                                        .iter()
-                                        .filter_map(|x| x.key.as_ref().map(|k| u64::from(k.port))),
-                                ),
-                            )
-                        });
+                        let h: crate::drivers::native::SnapshotHandler =
+                            Arc::new(move |view| on_update(i, Update::Ports(&mut view.ports())));
                         let s =
                             Session::open(channel(addr).await?, &format!("bench-sub-{i}"), Some(h))
                                 .await?;
@@ -1097,11 +1088,17 @@ async fn churn(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
             state.full_count.load(Ordering::Acquire) == n
         })
         .await;
-    anyhow::ensure!(
-        all_full,
-        "only {} of {n} subscribers saw all {full_len} instances within 30 s",
-        state.full_count.load(Ordering::Acquire)
-    );
+    if !all_full {
+        let behind = if server.system == System::Gangway {
+            laggards(server, &svc).await
+        } else {
+            String::new()
+        };
+        anyhow::bail!(
+            "only {} of {n} subscribers saw all {full_len} instances within 30 s{behind}",
+            state.full_count.load(Ordering::Acquire)
+        );
+    }
     let meter = CpuMeter::start(server);
     let t0 = Instant::now();
     *state.t0.lock().unwrap() = Some(t0);
@@ -1121,6 +1118,11 @@ async fn churn(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
         })
         .await;
     let cpu = meter.stop();
+    let behind = if all_final || server.system != System::Gangway {
+        String::new()
+    } else {
+        laggards(server, &svc).await
+    };
     drop(held);
     let mut finals = state.finals.lock().unwrap().clone();
     finals.sort();
@@ -1145,11 +1147,43 @@ async fn churn(ctx: &Ctx, server: &Server, driver: &str) -> anyhow::Result<Vec<R
             }
         } else {
             format!(
-                "only {} of {n} subscribers reached the final list within 60 s",
+                "only {} of {n} subscribers reached the final list within 60 s{behind}",
                 finals.len()
             )
         },
     }])
+}
+
+/// What gangway's subscriber table says of `svc`'s subscribers behind its revision: how many
+/// were pushed the latest revision and how many acked it (", server: ..."), for a run that did
+/// not converge.
+async fn laggards(server: &Server, svc: &str) -> String {
+    let url = format!(
+        "http://{}/v1/services/{svc}/subscribers?namespace={}&group={}",
+        server.http,
+        crate::drivers::NAMESPACE,
+        crate::drivers::GROUP
+    );
+    let Ok(resp) = reqwest::get(url).await else {
+        return String::new();
+    };
+    let Ok(v) = resp.json::<Value>().await else {
+        return String::new();
+    };
+    let revision = v["revision"].as_u64().unwrap_or(0);
+    let subs = v["subscribers"].as_array().cloned().unwrap_or_default();
+    let pushed = subs
+        .iter()
+        .filter(|s| s["pushed_revision"].as_u64() == Some(revision))
+        .count();
+    let acked = subs
+        .iter()
+        .filter(|s| s["acked_revision"].as_u64() == Some(revision))
+        .count();
+    format!(
+        "; server: {} subscribers, {pushed} pushed and {acked} acked the latest revision",
+        subs.len()
+    )
 }
 
 const MB: f64 = 1024.0 * 1024.0;

@@ -154,6 +154,8 @@ impl ServerArgs {
             poller_expiry: config::DEFAULT_POLLER_EXPIRY,
             stall_threshold: self.stall_threshold,
             stall_recovery: self.stall_recovery,
+            full_push_interval: config::DEFAULT_FULL_PUSH_INTERVAL,
+            delta_push_interval: config::DEFAULT_DELTA_PUSH_INTERVAL,
         })
     }
 }

@@ -32,6 +32,14 @@ pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(2);
 /// Default stall recovery: after a stall, snapshots are held back and expiry waits this long
 /// while sessions reconnect and re-register (the same as the start-up warm-up): 5 s.
 pub const DEFAULT_STALL_RECOVERY: Duration = Duration::from_secs(5);
+/// Default shortest time between two whole-view pushes to one subscriber (Nacos SDKs, SSE
+/// watchers): 100 ms. The first push after a quiet spell goes at once; under churn a
+/// subscriber gets the latest view at most every 100 ms instead of every revision (Nacos merges
+/// pushes for 500 ms, `pushTaskDelay`).
+pub const DEFAULT_FULL_PUSH_INTERVAL: Duration = Duration::from_millis(100);
+/// Default shortest time between two pushes to a subscriber that takes deltas (native
+/// sessions): 10 ms, so a burst of changes goes out as a few deltas, not one per change.
+pub const DEFAULT_DELTA_PUSH_INTERVAL: Duration = Duration::from_millis(10);
 /// A poller (HTTP list call with `subscriber=`) is forgotten after this long without a poll.
 pub const DEFAULT_POLLER_EXPIRY: Duration = Duration::from_secs(90);
 
@@ -58,6 +66,10 @@ pub struct Config {
     pub stall_threshold: Duration,
     /// After a stall, snapshots are held back and expiry waits this long.
     pub stall_recovery: Duration,
+    /// Shortest time between two whole-view pushes to one subscriber.
+    pub full_push_interval: Duration,
+    /// Shortest time between two pushes to one subscriber that takes deltas.
+    pub delta_push_interval: Duration,
 }
 
 /// Liveness timing (DESIGN §3).
@@ -97,6 +109,8 @@ impl Default for Config {
             poller_expiry: DEFAULT_POLLER_EXPIRY,
             stall_threshold: DEFAULT_STALL_THRESHOLD,
             stall_recovery: DEFAULT_STALL_RECOVERY,
+            full_push_interval: DEFAULT_FULL_PUSH_INTERVAL,
+            delta_push_interval: DEFAULT_DELTA_PUSH_INTERVAL,
         }
     }
 }

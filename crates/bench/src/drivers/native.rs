@@ -2,7 +2,7 @@
 //! stream per [`Session`], requests correlated by id so several can be in flight, snapshots handed
 //! to a callback and acked at once (the ack is what a drain waits for).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,8 +14,51 @@ use tonic::transport::Channel;
 
 use super::{GROUP, NAMESPACE};
 
-/// Called with every pushed snapshot, before it is acked.
-pub type SnapshotHandler = Arc<dyn Fn(&pb::Snapshot) + Send + Sync>;
+/// Called with the view a pushed snapshot or delta leaves, before it is acked.
+pub type SnapshotHandler = Arc<dyn Fn(&View) + Send + Sync>;
+
+/// A service's view as the session holds it: pushes replace it (full snapshots) or change it
+/// (deltas), as a client does.
+#[derive(Debug, Default)]
+pub struct View {
+    /// Revision held.
+    pub revision: u64,
+    /// Instances by (ip, port, cluster).
+    pub instances: BTreeMap<(String, u32, String), pb::Instance>,
+}
+
+impl View {
+    /// The ports of the instances held.
+    pub fn ports(&self) -> impl Iterator<Item = u64> + '_ {
+        self.instances.keys().map(|(_, port, _)| u64::from(*port))
+    }
+
+    /// Applies a pushed snapshot: a whole view replaces, a delta from a base we hold changes.
+    /// `false` when a delta does not apply (we hold less than its base).
+    fn apply(&mut self, snap: &pb::Snapshot) -> bool {
+        let key = |k: &pb::InstanceKey| (k.ip.clone(), k.port, k.cluster.clone());
+        if snap.delta {
+            if snap.base_revision > self.revision || snap.revision <= self.revision {
+                return snap.revision <= self.revision;
+            }
+            for k in &snap.removed {
+                self.instances.remove(&key(k));
+            }
+        } else {
+            if snap.revision < self.revision {
+                return true;
+            }
+            self.instances.clear();
+        }
+        for i in &snap.instances {
+            if let Some(k) = &i.key {
+                self.instances.insert(key(k), i.clone());
+            }
+        }
+        self.revision = snap.revision;
+        true
+    }
+}
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<pb::Reply>>>>;
 
@@ -70,6 +113,7 @@ impl Session {
             let pending = pending.clone();
             let ack_tx = tx.clone();
             tokio::spawn(async move {
+                let mut views: HashMap<String, View> = HashMap::new();
                 while let Ok(Some(msg)) = inbound.message().await {
                     match msg.kind {
                         Some(pb::server_message::Kind::Reply(reply)) => {
@@ -79,14 +123,23 @@ impl Session {
                             }
                         }
                         Some(pb::server_message::Kind::Snapshot(snap)) => {
+                            let name = snap
+                                .service
+                                .as_ref()
+                                .map(|s| s.service.clone())
+                                .unwrap_or_default();
+                            let view = views.entry(name).or_default();
+                            if !view.apply(&snap) {
+                                continue; // a delta we cannot apply; the server resends
+                            }
                             if let Some(h) = &on_snapshot {
-                                h(&snap);
+                                h(view);
                             }
                             let ack = pb::ClientMessage {
                                 request_id: 0,
                                 kind: Some(pb::client_message::Kind::Ack(pb::Ack {
                                     service: snap.service.clone(),
-                                    revision: snap.revision,
+                                    revision: view.revision,
                                 })),
                             };
                             if ack_tx.send(ack).await.is_err() {

@@ -312,8 +312,11 @@ impl Registry {
     /// The pushes for subscriber `id`: nothing while snapshots are held back (warm-up, stall
     /// recovery, shutdown), then the current view, then every change (coalesced: what is
     /// current when the subscriber is ready wins), and again every resend interval while the
-    /// subscriber has not acked the latest. A hold that begins mid-stream stops the pushes
-    /// until it ends; the latest goes out then. Ends when the subscriber leaves.
+    /// subscriber has not acked the latest. Two pushes are at least the push interval apart
+    /// (`Config::full_push_interval`, or `delta_push_interval` for a subscriber that takes
+    /// deltas): under churn the subscriber gets the latest state at that pace, not every
+    /// revision. A hold that begins mid-stream stops the pushes until it ends; the latest goes
+    /// out then. Ends when the subscriber leaves.
     pub fn pushes(
         &self,
         id: String,
@@ -321,8 +324,19 @@ impl Registry {
     ) -> impl Stream<Item = Push> + Send + 'static + use<> {
         let registry = self.clone();
         let resend = self.inner.config.resend_interval;
+        let deltas = self
+            .lock()
+            .subscribers
+            .get(&id)
+            .is_some_and(|s| s.info.deltas);
+        let interval = if deltas {
+            self.inner.config.delta_push_interval
+        } else {
+            self.inner.config.full_push_interval
+        };
         async_stream::stream! {
             rx.mark_changed();
+            let mut last_push: Option<Instant> = None;
             loop {
                 registry.warmed_up().await;
                 tokio::select! {
@@ -335,8 +349,13 @@ impl Registry {
                             rx.mark_changed();
                             continue;
                         }
+                        if let Some(at) = last_push {
+                            // Changes meanwhile are coalesced: the push below reads the latest.
+                            tokio::time::sleep_until(at + interval).await;
+                        }
                         rx.borrow_and_update();
                         let Some(push) = registry.next_push(&id) else { break };
+                        last_push = Some(Instant::now());
                         yield push;
                     }
                     _ = tokio::time::sleep(resend) => {
@@ -349,6 +368,7 @@ impl Registry {
                             Some(true) => {
                                 registry.inner.metrics.pushes_resent.inc();
                                 let Some(push) = registry.next_push(&id) else { break };
+                                last_push = Some(Instant::now());
                                 yield push;
                             }
                             Some(false) => {}

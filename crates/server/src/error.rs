@@ -5,6 +5,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use gangway_core::ValidationError;
 use gangway_store::StoreError;
+
+use crate::engine::RegistryError;
 use serde::Serialize;
 
 /// A request the registry refuses or could not carry out. Nothing was changed.
@@ -106,6 +108,21 @@ impl ApiError {
     }
 }
 
+impl From<RegistryError> for ApiError {
+    /// The REST status of each refusal: 400 invalid input, 404 unknown, 409 contradicting the
+    /// registry's state, 503 warming up, 500 store or internal failure.
+    fn from(e: RegistryError) -> Self {
+        let message = e.to_string();
+        match e {
+            RegistryError::Invalid(v) => ApiError::Invalid(v),
+            RegistryError::WarmingUp => ApiError::WarmingUp,
+            RegistryError::Store(_) | RegistryError::Internal(_) => ApiError::Store(message),
+            e if e.is_not_found() => ApiError::NotFound { message },
+            _ => ApiError::Conflict { message },
+        }
+    }
+}
+
 impl From<ValidationError> for ApiError {
     fn from(e: ValidationError) -> Self {
         ApiError::Invalid(e)
@@ -141,20 +158,5 @@ impl IntoResponse for ApiError {
             },
         };
         (self.status(), Json(body)).into_response()
-    }
-}
-
-impl From<ApiError> for tonic::Status {
-    fn from(e: ApiError) -> Self {
-        let message = e.to_string();
-        match e {
-            ApiError::Invalid(_) => tonic::Status::invalid_argument(message),
-            ApiError::NotFound { .. } => tonic::Status::not_found(message),
-            ApiError::Conflict { .. } => tonic::Status::failed_precondition(message),
-            ApiError::MethodNotAllowed => tonic::Status::unimplemented(message),
-            ApiError::PayloadTooLarge { .. } => tonic::Status::resource_exhausted(message),
-            ApiError::WarmingUp => tonic::Status::unavailable(message),
-            ApiError::Store(_) => tonic::Status::internal(message),
-        }
     }
 }

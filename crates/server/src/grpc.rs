@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use gangway_core::ValidationError;
 use gangway_core::model::{Instance, InstanceKey, ServiceKey};
 use gangway_proto::v1 as pb;
 use tokio::sync::mpsc;
@@ -15,7 +16,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::DEFAULT_DRAIN_TIMEOUT;
 use crate::engine::{
-    DrainReport, LivenessRequest, Push, Registry, Snapshot, SubscriberInfo, SubscriberKind,
+    DrainReport, LivenessRequest, Push, Registry, RegistryError, Snapshot, SubscriberInfo,
+    SubscriberKind,
 };
 use crate::error::ApiError;
 
@@ -46,7 +48,7 @@ pub fn service_key(k: Option<pb::ServiceKey>) -> ServiceKey {
     ServiceKey::new(&k.namespace, &k.group, &k.service)
 }
 
-fn instance_key(k: Option<pb::InstanceKey>) -> Result<InstanceKey, ApiError> {
+fn instance_key(k: Option<pb::InstanceKey>) -> Result<InstanceKey, RegistryError> {
     let k = k.unwrap_or_default();
     let port = gangway_core::validate::port(k.port)?;
     Ok(InstanceKey::new(&k.ip, port, &k.cluster))
@@ -141,8 +143,10 @@ fn pb_drain(d: DrainReport) -> pb::DrainResult {
     }
 }
 
-fn reply(request_id: u64, result: Result<pb::Reply, ApiError>) -> pb::ServerMessage {
-    let reply = match result {
+/// The one place where the native protocol maps a [`RegistryError`]: its REST code, message
+/// and field go into the `Reply`.
+fn reply(request_id: u64, result: Result<pb::Reply, RegistryError>) -> pb::ServerMessage {
+    let reply = match result.map_err(ApiError::from) {
         Ok(r) => pb::Reply { request_id, ..r },
         Err(e) => pb::Reply {
             request_id,
@@ -258,7 +262,9 @@ impl Session {
         let rid = msg.request_id;
         let Some(kind) = msg.kind else { return };
         let result = match kind {
-            Kind::Hello(_) => Err(ApiError::invalid("hello", "sent twice on one session")),
+            Kind::Hello(_) => {
+                Err(ValidationError::new("hello", "sent twice on one session").into())
+            }
             Kind::Register(r) => self.register(r).await,
             Kind::Deregister(d) => instance_key(d.instance).and_then(|key| {
                 let revision =
@@ -285,7 +291,7 @@ impl Session {
             }
             Kind::Pull(p) => {
                 if self.registry.warming_up() {
-                    Err(ApiError::WarmingUp)
+                    Err(RegistryError::WarmingUp)
                 } else {
                     let service = service_key(p.service);
                     let view = self.registry.view(&service);
@@ -334,7 +340,7 @@ impl Session {
     fn reply_later(
         &self,
         rid: u64,
-        wait: impl Future<Output = Result<DrainReport, ApiError>> + Send + 'static,
+        wait: impl Future<Output = Result<DrainReport, RegistryError>> + Send + 'static,
     ) {
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -347,7 +353,7 @@ impl Session {
         });
     }
 
-    async fn register(&mut self, r: pb::Register) -> Result<pb::Reply, ApiError> {
+    async fn register(&mut self, r: pb::Register) -> Result<pb::Reply, RegistryError> {
         let key = instance_key(r.instance)?;
         let mut instance = Instance::new(key);
         instance.weight = r.weight.unwrap_or(gangway_core::model::DEFAULT_WEIGHT);
@@ -366,7 +372,7 @@ impl Session {
         })
     }
 
-    fn subscribe(&mut self, service: ServiceKey) -> Result<pb::Reply, ApiError> {
+    fn subscribe(&mut self, service: ServiceKey) -> Result<pb::Reply, RegistryError> {
         if self.subscriptions.contains_key(&service) {
             return Ok(pb::Reply::default());
         }

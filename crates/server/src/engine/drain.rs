@@ -8,8 +8,8 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::RegistryError;
 use super::{Patch, Registry};
-use crate::error::ApiError;
 
 /// The outcome of a drain (every live subscriber acked a revision *without* the instance) or
 /// of a readiness wait (every live subscriber acked a revision *with* it).
@@ -46,7 +46,7 @@ impl Registry {
         key: &InstanceKey,
         timeout: Duration,
         force: bool,
-    ) -> Result<DrainReport, ApiError> {
+    ) -> Result<DrainReport, RegistryError> {
         let started = Instant::now();
         let patch = Patch {
             enabled: Some(false),
@@ -84,17 +84,17 @@ impl Registry {
         service: &ServiceKey,
         key: &InstanceKey,
         timeout: Duration,
-    ) -> Result<DrainReport, ApiError> {
+    ) -> Result<DrainReport, RegistryError> {
         let started = Instant::now();
         let revision = {
             let state = self.lock();
             state.entry(service, key)?;
             let entry = &state.services[service];
             if !entry.in_view(key) {
-                return Err(ApiError::conflict(format!(
-                    "{key} is not in the consumer view of {service} (offline, unhealthy or \
-                     weight 0): it cannot become ready"
-                )));
+                return Err(RegistryError::NotInView {
+                    service: service.clone(),
+                    instance: key.clone(),
+                });
             }
             entry.revision
         };

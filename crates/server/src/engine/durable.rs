@@ -13,9 +13,9 @@ use std::sync::{Arc, Weak};
 use gangway_store::{Store, Write};
 use tokio::sync::{mpsc, oneshot};
 
+use super::RegistryError;
 use super::state::State;
 use super::{Inner, Registry};
-use crate::error::ApiError;
 
 /// Jobs waiting for the committer, at most; a writer beyond it waits.
 pub const QUEUE: usize = 4096;
@@ -27,7 +27,7 @@ struct Job {
     writes: Vec<Write>,
     /// Runs under the state lock after the batch's fsync, or with the error when the batch
     /// failed (nothing of it was applied).
-    finish: Box<dyn for<'a> FnOnce(Result<&'a mut State, ApiError>) + Send>,
+    finish: Box<dyn for<'a> FnOnce(Result<&'a mut State, RegistryError>) + Send>,
 }
 
 /// The handle writers enqueue jobs on.
@@ -70,8 +70,8 @@ async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, mut rx: mpsc::Receiver<J
         } else {
             let store = store.clone();
             match tokio::task::spawn_blocking(move || store.apply(&writes)).await {
-                Ok(result) => result.map_err(ApiError::from),
-                Err(e) => Err(ApiError::Store(format!("store task failed: {e}"))),
+                Ok(result) => result.map_err(RegistryError::from),
+                Err(e) => Err(RegistryError::Internal(format!("store task failed: {e}"))),
             }
         };
         match (result, inner.upgrade()) {
@@ -103,9 +103,9 @@ impl Registry {
     pub(crate) async fn commit<T: Send + 'static>(
         &self,
         writes: Vec<Write>,
-        apply: impl FnOnce(&mut State) -> Result<T, ApiError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let (done, answer) = oneshot::channel::<Result<T, ApiError>>();
+        apply: impl FnOnce(&mut State) -> Result<T, RegistryError> + Send + 'static,
+    ) -> Result<T, RegistryError> {
+        let (done, answer) = oneshot::channel::<Result<T, RegistryError>>();
         let job = Job {
             writes,
             finish: Box::new(move |state| {
@@ -117,9 +117,9 @@ impl Registry {
             .jobs
             .send(job)
             .await
-            .map_err(|_| ApiError::Store("the store committer has stopped".into()))?;
+            .map_err(|_| RegistryError::Internal("the store committer has stopped".into()))?;
         answer
             .await
-            .map_err(|_| ApiError::Store("the store committer dropped a write".into()))?
+            .map_err(|_| RegistryError::Internal("the store committer dropped a write".into()))?
     }
 }

@@ -12,10 +12,10 @@ use gangway_core::validate;
 use gangway_store::Write;
 use tokio::time::Instant;
 
+use super::RegistryError;
 use super::service::Changed;
 use super::state::{MarkEntry, State, kind_of, not_found};
 use super::{Lease, Liveness, LivenessRequest, Patch, Registry, now_ms};
-use crate::error::ApiError;
 
 impl Registry {
     /// Registers (or re-registers, replacing fields) an instance.
@@ -35,7 +35,7 @@ impl Registry {
         service: ServiceKey,
         instance: Instance,
         liveness: LivenessRequest,
-    ) -> Result<(u64, Instance), ApiError> {
+    ) -> Result<(u64, Instance), RegistryError> {
         validate::service_key(&service)?;
         validate::instance_key(&instance.key)?;
         validate::weight(instance.weight)?;
@@ -55,7 +55,7 @@ impl Registry {
         let registry = self.clone();
         tokio::spawn(async move { registry.register_durably(service, instance, liveness).await })
             .await
-            .map_err(|e| ApiError::Store(format!("register task failed: {e}")))?
+            .map_err(|e| RegistryError::Internal(format!("register task failed: {e}")))?
     }
 
     /// A registration that writes nothing to the store, in one critical section. `None` when it
@@ -65,7 +65,7 @@ impl Registry {
         service: &ServiceKey,
         instance: &Instance,
         liveness: &Liveness,
-    ) -> Option<Result<(u64, Instance), ApiError>> {
+    ) -> Option<Result<(u64, Instance), RegistryError>> {
         let mut state = self.lock();
         if let Err(e) = state.check_register(service, instance, liveness) {
             return Some(Err(e));
@@ -97,7 +97,7 @@ impl Registry {
         service: ServiceKey,
         mut instance: Instance,
         liveness: Liveness,
-    ) -> Result<(u64, Instance), ApiError> {
+    ) -> Result<(u64, Instance), RegistryError> {
         let key = instance.key.clone();
         let mark_key = (service.clone(), key.clone());
         let offline = !instance.enabled;
@@ -137,7 +137,7 @@ impl Registry {
         };
         let apply = {
             let service = service.clone();
-            move |state: &mut State| -> Result<u64, ApiError> {
+            move |state: &mut State| -> Result<u64, RegistryError> {
                 // Checked again: a session may have ended (or taken the instance) meanwhile.
                 state.check_register(&service, &instance, &liveness)?;
                 if !instance.enabled {
@@ -159,7 +159,7 @@ impl Registry {
         let revision = match applied {
             Ok(revision) => revision,
             Err(e) => {
-                if offline && !marked && !matches!(e, ApiError::Store(_)) {
+                if offline && !marked && !matches!(e, RegistryError::Store(_)) {
                     // The mark was written but the registration refused: undo the mark.
                     let undo = vec![Write::DeleteOfflineMark(service.clone(), key.clone())];
                     if let Err(undo_err) = self.commit(undo, |_| Ok(())).await {
@@ -175,7 +175,7 @@ impl Registry {
         Ok((revision, self.instance(&service, &key)?))
     }
 
-    fn bind_liveness(&self, request: LivenessRequest) -> Result<Liveness, ApiError> {
+    fn bind_liveness(&self, request: LivenessRequest) -> Result<Liveness, RegistryError> {
         Ok(match request {
             LivenessRequest::Session(id) => Liveness::Session(id),
             LivenessRequest::Lease {
@@ -209,7 +209,7 @@ impl Registry {
         service: &ServiceKey,
         key: &InstanceKey,
         force: bool,
-    ) -> Result<u64, ApiError> {
+    ) -> Result<u64, RegistryError> {
         {
             let mut state = self.lock();
             if !deletable(&state, service, key, force)? {
@@ -237,14 +237,15 @@ impl Registry {
         session: &str,
         service: &ServiceKey,
         key: &InstanceKey,
-    ) -> Result<u64, ApiError> {
+    ) -> Result<u64, RegistryError> {
         let mut state = self.lock();
         match &state.entry(service, key)?.liveness {
             Liveness::Session(owner) if owner == session => {}
             _ => {
-                return Err(ApiError::conflict(format!(
-                    "instance {key} of {service} is not registered on this session"
-                )));
+                return Err(RegistryError::NotOnThisSession {
+                    service: service.clone(),
+                    instance: key.clone(),
+                });
             }
         }
         Ok(remove_and_publish(&mut state, service, key))
@@ -266,7 +267,7 @@ impl Registry {
         service: &ServiceKey,
         key: &InstanceKey,
         patch: Patch,
-    ) -> Result<(u64, Instance), ApiError> {
+    ) -> Result<(u64, Instance), RegistryError> {
         if let Some(w) = patch.weight {
             validate::weight(w)?;
         }
@@ -277,7 +278,7 @@ impl Registry {
         let (service, key) = (service.clone(), key.clone());
         tokio::spawn(async move { registry.apply_update(service, key, patch).await })
             .await
-            .map_err(|e| ApiError::Store(format!("update task failed: {e}")))?
+            .map_err(|e| RegistryError::Internal(format!("update task failed: {e}")))?
     }
 
     async fn apply_update(
@@ -285,7 +286,7 @@ impl Registry {
         service: ServiceKey,
         key: InstanceKey,
         patch: Patch,
-    ) -> Result<(u64, Instance), ApiError> {
+    ) -> Result<(u64, Instance), RegistryError> {
         let mut batch = Vec::new();
         let (updated, leaving) = {
             let mut state = self.lock();
@@ -327,7 +328,7 @@ impl Registry {
             (instance, leaving)
         };
         let enabled = patch.enabled;
-        let apply = move |state: &mut State| -> Result<(u64, Instance), ApiError> {
+        let apply = move |state: &mut State| -> Result<(u64, Instance), RegistryError> {
             match enabled {
                 Some(false) => {
                     state
@@ -376,7 +377,7 @@ impl Registry {
         key: &InstanceKey,
         enabled: bool,
         force: bool,
-    ) -> Result<(u64, Instance), ApiError> {
+    ) -> Result<(u64, Instance), RegistryError> {
         self.update(
             service,
             key,
@@ -391,7 +392,11 @@ impl Registry {
 
     /// Renews a lease. Errors: 404 unknown instance (the client should re-register),
     /// 409 when the instance is not lease-kept. Returns the lease's TTL.
-    pub fn heartbeat(&self, service: &ServiceKey, key: &InstanceKey) -> Result<Duration, ApiError> {
+    pub fn heartbeat(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+    ) -> Result<Duration, RegistryError> {
         let mut state = self.lock();
         let entry = state
             .services
@@ -399,10 +404,11 @@ impl Registry {
             .and_then(|s| s.instances.get_mut(key))
             .ok_or_else(|| not_found(service, key))?;
         let Liveness::Lease(lease) = &mut entry.liveness else {
-            return Err(ApiError::conflict(format!(
-                "instance {key} of {service} is kept alive by its {}, not by heartbeats",
-                entry.liveness.as_str()
-            )));
+            return Err(RegistryError::NotLeaseKept {
+                service: service.clone(),
+                instance: key.clone(),
+                kept_by: entry.liveness.as_str(),
+            });
         };
         lease.last_heartbeat = Instant::now();
         let ttl = lease.ttl;
@@ -427,7 +433,7 @@ impl Registry {
         &self,
         service: &ServiceKey,
         settings: ServiceSettings,
-    ) -> Result<u64, ApiError> {
+    ) -> Result<u64, RegistryError> {
         validate::service_key(service)?;
         validate::protect_threshold(settings.protect_threshold)?;
         validate::metadata(&settings.metadata)?;
@@ -443,6 +449,33 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Deletes a service that holds no instance: its stored settings go. A service that has
+    /// subscribers stays known (with default settings) for them. Errors: unknown service, or it
+    /// still holds instances (Nacos: "service is not empty, can't be delete").
+    pub async fn delete_service(&self, service: &ServiceKey) -> Result<(), RegistryError> {
+        let deletable = |state: &State, service: &ServiceKey| match state.services.get(service) {
+            None => Err(RegistryError::UnknownService(service.clone())),
+            Some(s) if !s.instances.is_empty() => {
+                Err(RegistryError::ServiceNotEmpty(service.clone()))
+            }
+            Some(s) => Ok(s.subscribers.is_empty()),
+        };
+        deletable(&self.lock(), service)?;
+        let key = service.clone();
+        self.commit(vec![Write::DeleteService(service.clone())], move |state| {
+            if deletable(state, &key)? {
+                state.services.remove(&key);
+            } else {
+                state.service(&key).settings = ServiceSettings::default();
+                state.publish(&key, Changed::All);
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
 /// Whether `key` may be deleted by someone other than its session: `Ok(true)` when it is
 /// persistent (the store must delete it too), `Ok(false)` when ephemeral.
 fn deletable(
@@ -450,7 +483,7 @@ fn deletable(
     service: &ServiceKey,
     key: &InstanceKey,
     force: bool,
-) -> Result<bool, ApiError> {
+) -> Result<bool, RegistryError> {
     let entry = state.entry(service, key)?;
     if let (Liveness::Session(owner), false) = (&entry.liveness, force) {
         return Err(state.owned_error(service, key, owner));

@@ -26,12 +26,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::error::ApiError;
 use crate::metrics::Metrics;
 
 mod background;
 mod drain;
 mod durable;
+mod error;
 mod hold;
 mod instances;
 mod leases;
@@ -44,6 +44,7 @@ mod subscribers;
 mod tests;
 
 pub use drain::DrainReport;
+pub use error::RegistryError;
 pub use service::{CHANGE_LOG_LEN, Delta, Push, Snapshot};
 pub use subscribers::{SubscriberInfo, SubscriberKind, SubscriberRow};
 
@@ -193,7 +194,7 @@ impl Registry {
         store: Arc<dyn Store>,
         config: Config,
         metrics: Metrics,
-    ) -> Result<Self, ApiError> {
+    ) -> Result<Self, RegistryError> {
         let contents = store.load()?;
         let boot_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -297,17 +298,21 @@ impl Registry {
     }
 
     /// One instance as stored. Errors: 404.
-    pub fn instance(&self, service: &ServiceKey, key: &InstanceKey) -> Result<Instance, ApiError> {
+    pub fn instance(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+    ) -> Result<Instance, RegistryError> {
         Ok(self.lock().entry(service, key)?.instance.clone())
     }
 
     /// Settings of a service. Errors: 404 if the registry knows nothing of it.
-    pub fn settings(&self, service: &ServiceKey) -> Result<ServiceSettings, ApiError> {
+    pub fn settings(&self, service: &ServiceKey) -> Result<ServiceSettings, RegistryError> {
         self.lock()
             .services
             .get(service)
             .map(|s| s.settings.clone())
-            .ok_or_else(|| ApiError::not_found(format!("no service {service}")))
+            .ok_or_else(|| RegistryError::UnknownService(service.clone()))
     }
 
     /// The consumer view of a service, built now (revision 0 and empty if unknown). O(n) in
@@ -366,11 +371,11 @@ impl Registry {
     }
 
     /// One service's summary, whatever it holds. Errors: 404 if the registry knows nothing of it.
-    pub fn service(&self, service: &ServiceKey) -> Result<ServiceSummary, ApiError> {
+    pub fn service(&self, service: &ServiceKey) -> Result<ServiceSummary, RegistryError> {
         self.lock()
             .services
             .get(service)
             .map(summary)
-            .ok_or_else(|| ApiError::not_found(format!("no service {service}")))
+            .ok_or_else(|| RegistryError::UnknownService(service.clone()))
     }
 }

@@ -7,11 +7,11 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use gangway_core::model::{Instance, InstanceKey, Kind, OfflineMark, ServiceKey};
 use tokio::time::Instant;
 
+use super::RegistryError;
 use super::leases::LeaseQueue;
 use super::service::{Changed, ServiceEntry};
 use super::subscribers::Subscriber;
 use super::{Entry, Liveness, Registry};
-use crate::error::ApiError;
 
 pub(crate) struct MarkEntry {
     /// The durable mark (kept for listings and expiry decisions).
@@ -109,16 +109,18 @@ impl State {
         revision
     }
 
-    pub(crate) fn check_kind(&self, key: &ServiceKey, kind: Kind) -> Result<(), ApiError> {
+    pub(crate) fn check_kind(&self, key: &ServiceKey, kind: Kind) -> Result<(), RegistryError> {
         let existing = self
             .services
             .get(key)
             .and_then(ServiceEntry::kind)
             .or_else(|| self.pending_kinds.get(key).map(|(k, _)| *k));
         match existing {
-            Some(existing) if existing != kind => Err(ApiError::conflict(format!(
-                "service {key} is {existing}; cannot register an instance of the other kind ({kind}) in it"
-            ))),
+            Some(existing) if existing != kind => Err(RegistryError::KindConflict {
+                service: key.clone(),
+                existing,
+                wanted: kind,
+            }),
             _ => Ok(()),
         }
     }
@@ -130,11 +132,11 @@ impl State {
         service: &ServiceKey,
         instance: &Instance,
         liveness: &Liveness,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), RegistryError> {
         self.check_kind(service, kind_of(liveness))?;
         if let Liveness::Session(id) = liveness {
             if !self.sessions.contains_key(id) {
-                return Err(ApiError::not_found(format!("no session {id}")));
+                return Err(RegistryError::UnknownSession(id.clone()));
             }
         }
         let existing = self
@@ -171,7 +173,7 @@ impl State {
         service: &ServiceKey,
         key: &InstanceKey,
         owner: &str,
-    ) -> ApiError {
+    ) -> RegistryError {
         let who = match self.sessions.get(owner) {
             Some(s) if !s.client_name.is_empty() => {
                 format!("session {owner} (client {} at {})", s.client_name, s.peer)
@@ -179,10 +181,11 @@ impl State {
             Some(s) => format!("session {owner} (at {})", s.peer),
             None => format!("session {owner}"),
         };
-        ApiError::conflict(format!(
-            "instance {key} of {service} is kept alive by {who} and belongs to it; offline or \
-             drain take it out of traffic, and only its session (or force) removes it"
-        ))
+        RegistryError::OwnedBySession {
+            service: service.clone(),
+            instance: key.clone(),
+            owner: who,
+        }
     }
 
     /// Reserves `kind` for `service` while a registration writes to the store, so that a
@@ -208,7 +211,7 @@ impl State {
         &self,
         key: &ServiceKey,
         instance: &InstanceKey,
-    ) -> Result<&Entry, ApiError> {
+    ) -> Result<&Entry, RegistryError> {
         self.services
             .get(key)
             .and_then(|s| s.instances.get(instance))
@@ -222,7 +225,7 @@ impl State {
         key: &ServiceKey,
         instance: &InstanceKey,
         change: impl FnOnce(&mut Instance),
-    ) -> Result<bool, ApiError> {
+    ) -> Result<bool, RegistryError> {
         self.entry(key, instance)?;
         Ok(self.service(key).modify(instance, change))
     }
@@ -238,7 +241,7 @@ impl State {
         service: &ServiceKey,
         updated: &Instance,
         force: bool,
-    ) -> Result<Option<Reservation>, ApiError> {
+    ) -> Result<Option<Reservation>, RegistryError> {
         let Some(entry) = self.services.get(service) else {
             return Ok(None);
         };
@@ -269,11 +272,10 @@ impl State {
             return Ok(None);
         }
         if after.view_len(threshold) == 0 && !force {
-            return Err(ApiError::conflict(format!(
-                "{} is the last serving instance of {service}; taking it out of the consumer \
-                 view would cut all traffic (use force to do it anyway)",
-                updated.key
-            )));
+            return Err(RegistryError::LastServingInstance {
+                service: service.clone(),
+                instance: updated.key.clone(),
+            });
         }
         self.leaving.insert((service.clone(), updated.key.clone()));
         Ok(Some(Reservation {
@@ -383,6 +385,9 @@ impl State {
     }
 }
 
-pub(crate) fn not_found(service: &ServiceKey, instance: &InstanceKey) -> ApiError {
-    ApiError::not_found(format!("no instance {instance} in service {service}"))
+pub(crate) fn not_found(service: &ServiceKey, instance: &InstanceKey) -> RegistryError {
+    RegistryError::UnknownInstance {
+        service: service.clone(),
+        instance: instance.clone(),
+    }
 }

@@ -13,8 +13,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Registry;
+use super::RegistryError;
 use super::service::{Push, Snapshot};
-use crate::error::ApiError;
 
 /// How a subscriber follows a service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -127,7 +127,7 @@ impl Registry {
         &self,
         service: &ServiceKey,
         info: SubscriberInfo,
-    ) -> Result<(String, watch::Receiver<u64>), ApiError> {
+    ) -> Result<(String, watch::Receiver<u64>), RegistryError> {
         gangway_core::validate::service_key(service)?;
         let prefix = match info.kind {
             SubscriberKind::Session => "sub",
@@ -211,7 +211,7 @@ impl Registry {
         service: &ServiceKey,
         poller: &str,
         address: String,
-    ) -> Result<gangway_core::View, ApiError> {
+    ) -> Result<gangway_core::View, RegistryError> {
         self.poll_expiring(service, poller, address, None)
     }
 
@@ -224,7 +224,7 @@ impl Registry {
         poller: &str,
         address: String,
         expiry: Option<Duration>,
-    ) -> Result<gangway_core::View, ApiError> {
+    ) -> Result<gangway_core::View, RegistryError> {
         self.poll_as(
             service,
             poller,
@@ -240,7 +240,7 @@ impl Registry {
         poller: &str,
         mut info: SubscriberInfo,
         expiry: Option<Duration>,
-    ) -> Result<gangway_core::View, ApiError> {
+    ) -> Result<gangway_core::View, RegistryError> {
         gangway_core::validate::name("subscriber", poller)?;
         gangway_core::validate::service_key(service)?;
         let id = format!("p-{poller}");

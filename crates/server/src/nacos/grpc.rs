@@ -32,7 +32,7 @@ use tonic::{Status, Streaming};
 
 use super::model::{json_string, preserved_timing, service_key};
 use super::{CLIENT_NAME_PREFIX, Nacos};
-use crate::engine::{Liveness, LivenessRequest, SubscriberInfo, SubscriberKind};
+use crate::engine::{Liveness, LivenessRequest, RegistryError, SubscriberInfo, SubscriberKind};
 use crate::error::ApiError;
 
 /// Outbound buffer per connection stream, in messages.
@@ -141,6 +141,13 @@ impl Refusal {
             code,
             message: message.into(),
         }
+    }
+}
+
+impl From<RegistryError> for Refusal {
+    /// The one place the Nacos gRPC layer maps an engine refusal (through its REST class).
+    fn from(e: RegistryError) -> Self {
+        ApiError::from(e).into()
     }
 }
 
@@ -493,8 +500,8 @@ impl Nacos {
                         // Nacos ignores a deregistration of what this connection does not own.
                         match registry.deregister_on_session(session, &service, &instance.key) {
                             Ok(_)
-                            | Err(ApiError::NotFound { .. })
-                            | Err(ApiError::Conflict { .. }) => {}
+                            | Err(RegistryError::UnknownInstance { .. })
+                            | Err(RegistryError::NotOnThisSession { .. }) => {}
                             Err(e) => return Err(e.into()),
                         }
                     }
@@ -553,7 +560,7 @@ impl Nacos {
                     }
                     "deregisterInstance" => {
                         match registry.deregister(&service, &instance.key, false).await {
-                            Ok(_) | Err(ApiError::NotFound { .. }) => {}
+                            Ok(_) | Err(RegistryError::UnknownInstance { .. }) => {}
                             Err(e) => return Err(e.into()),
                         }
                     }

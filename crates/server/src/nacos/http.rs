@@ -25,7 +25,7 @@ use super::model::{
     service_key,
 };
 use super::{CLIENT_NAME_PREFIX, Nacos};
-use crate::engine::{LivenessRequest, Patch, SubscriberInfo, SubscriberKind};
+use crate::engine::{LivenessRequest, Patch, RegistryError, SubscriberInfo, SubscriberKind};
 use crate::error::ApiError;
 
 /// A v1 poller that missed this many polls (of `cacheMillis` each) is forgotten: 30 s.
@@ -115,6 +115,13 @@ impl NacosError {
             code: 20004,
             message: message.into(),
         }
+    }
+}
+
+impl From<RegistryError> for NacosError {
+    /// The one place the Nacos HTTP layer maps an engine refusal (through its REST class).
+    fn from(e: RegistryError) -> Self {
+        ApiError::from(e).into()
     }
 }
 
@@ -422,7 +429,7 @@ async fn v1_deregister(State(nacos): State<Nacos>, p: Params) -> Result<&'static
     p.bool("ephemeral")?;
     match nacos.registry().deregister(&service, &key, false).await {
         // Nacos answers ok for an unknown instance too.
-        Ok(_) | Err(ApiError::NotFound { .. }) => Ok("ok"),
+        Ok(_) | Err(RegistryError::UnknownInstance { .. }) => Ok("ok"),
         Err(e) => Err(e.into()),
     }
 }
@@ -538,8 +545,8 @@ async fn v1_beat(State(nacos): State<Nacos>, p: Params) -> Result<Response, Naco
     match registry.heartbeat(&service, &key) {
         Ok(ttl) => Ok(reply(BEAT_OK, ttl.as_millis() as u64)),
         // Kept alive by a session or a probe: nothing to renew, and nothing wrong.
-        Err(ApiError::Conflict { .. }) => Ok(reply(BEAT_OK, default_ttl)),
-        Err(ApiError::NotFound { .. }) => {
+        Err(RegistryError::NotLeaseKept { .. }) => Ok(reply(BEAT_OK, default_ttl)),
+        Err(RegistryError::UnknownInstance { .. }) => {
             let Some(beat) = &beat else {
                 return Ok(reply(BEAT_NOT_FOUND, default_ttl));
             };
@@ -703,10 +710,7 @@ async fn v1_service_delete(
             grouped(&key)
         )));
     }
-    nacos
-        .registry()
-        .put_settings(&key, gangway_core::model::ServiceSettings::default())
-        .await?;
+    nacos.registry().delete_service(&key).await?;
     Ok("ok")
 }
 
@@ -808,8 +812,8 @@ async fn v3_client_register(State(nacos): State<Nacos>, p: Params) -> V3 {
             let service = p.service()?;
             let key = p.instance_key()?;
             return match nacos.registry().heartbeat(&service, &key) {
-                Ok(_) | Err(ApiError::Conflict { .. }) => Ok(json!("ok")),
-                Err(ApiError::NotFound { .. }) => Err(NacosError {
+                Ok(_) | Err(RegistryError::NotLeaseKept { .. }) => Ok(json!("ok")),
+                Err(RegistryError::UnknownInstance { .. }) => Err(NacosError {
                     status: StatusCode::NOT_FOUND,
                     code: 21003,
                     message: format!("instance {key} not found in {}", grouped(&service)),
@@ -837,7 +841,7 @@ async fn v3_deregister(State(nacos): State<Nacos>, p: Params) -> V3 {
         let key = p.instance_key()?;
         match nacos.registry().deregister(&service, &key, false).await {
             Ok(_) => Ok(json!("ok")),
-            Err(ApiError::NotFound { .. }) => Err(NacosError {
+            Err(RegistryError::UnknownInstance { .. }) => Err(NacosError {
                 status: StatusCode::NOT_FOUND,
                 code: 21003,
                 message: format!("instance {key} not found in {}", grouped(&service)),

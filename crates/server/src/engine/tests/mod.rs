@@ -74,7 +74,7 @@ async fn rejected_requests_change_nothing() {
     for (service, instance, field) in cases {
         let err = r.register(service, instance, lease()).await.unwrap_err();
         assert_eq!(err.field(), Some(field), "{err}");
-        assert_eq!(err.status(), 400);
+        assert!(matches!(err, RegistryError::Invalid(_)));
     }
     let err = r
         .register(
@@ -99,7 +99,7 @@ async fn mixing_kinds_is_refused_with_409() {
         .register(svc(), inst(2), LivenessRequest::Probe(ProbeSpec::default()))
         .await
         .unwrap_err();
-    assert_eq!(err.status(), 409);
+    assert!(err.is_conflict());
     assert_eq!(
         err.to_string(),
         "service public/DEFAULT_GROUP/orders is ephemeral; cannot register an instance of the other kind (persistent) in it"
@@ -194,8 +194,12 @@ async fn leases_go_unhealthy_after_ttl_and_away_after_delete_timeout() {
         "heartbeat heals"
     );
     tokio::time::sleep(Duration::from_millis(4500)).await;
-    assert_eq!(r.instance(&svc(), &inst(1).key).unwrap_err().status(), 404);
-    assert_eq!(r.heartbeat(&svc(), &inst(1).key).unwrap_err().status(), 404);
+    assert!(r.instance(&svc(), &inst(1).key).unwrap_err().is_not_found());
+    assert!(
+        r.heartbeat(&svc(), &inst(1).key)
+            .unwrap_err()
+            .is_not_found()
+    );
 }
 
 #[tokio::test]
@@ -221,7 +225,7 @@ async fn closing_a_session_removes_its_instances_at_once() {
         .register(svc(), inst(3), LivenessRequest::Session(a))
         .await
         .unwrap_err();
-    assert_eq!(err.status(), 404);
+    assert!(err.is_not_found());
 }
 
 #[tokio::test]
@@ -332,7 +336,7 @@ async fn draining_the_last_serving_instance_needs_force() {
         .drain(&svc(), &inst(1).key, Duration::from_secs(1), false)
         .await
         .unwrap_err();
-    assert_eq!(err.status(), 409);
+    assert!(err.is_conflict());
     assert!(err.to_string().contains("last serving instance"), "{err}");
     assert!(
         r.instance(&svc(), &inst(1).key).unwrap().enabled,
@@ -481,3 +485,27 @@ async fn an_update_that_changes_nothing_publishes_nothing() {
 
 mod rules;
 mod stall;
+
+#[tokio::test]
+async fn deleting_a_service_removes_its_stored_settings_and_refuses_a_non_empty_one() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let r = registry_with(store.clone(), Config::for_tests());
+    let settings = ServiceSettings {
+        protect_threshold: 0.5,
+        ..ServiceSettings::default()
+    };
+    r.put_settings(&svc(), settings).await.unwrap();
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    let err = r.delete_service(&svc()).await.unwrap_err();
+    assert!(matches!(err, RegistryError::ServiceNotEmpty(_)), "{err}");
+    assert!(store.load().unwrap().services.contains_key(&svc()));
+    r.deregister(&svc(), &inst(1).key, false).await.unwrap();
+    r.delete_service(&svc()).await.unwrap();
+    assert!(
+        store.load().unwrap().services.is_empty(),
+        "gone from the store"
+    );
+    assert!(r.service(&svc()).unwrap_err().is_not_found());
+    let err = r.delete_service(&svc()).await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+}

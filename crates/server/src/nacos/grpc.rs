@@ -146,11 +146,13 @@ impl Refusal {
 impl From<ApiError> for Refusal {
     fn from(e: ApiError) -> Self {
         let code = match &e {
-            ApiError::Invalid(_) | ApiError::Conflict { .. } | ApiError::MethodNotAllowed => {
-                INVALID_PARAM
-            }
+            ApiError::Invalid(_)
+            | ApiError::Conflict { .. }
+            | ApiError::MethodNotAllowed
+            | ApiError::UriTooLong { .. }
+            | ApiError::HeadersTooLarge { .. } => INVALID_PARAM,
             ApiError::NotFound { .. } => 404,
-            ApiError::WarmingUp => INVALID_SERVER_STATUS,
+            ApiError::WarmingUp | ApiError::Overloaded { .. } => INVALID_SERVER_STATUS,
             ApiError::Store(_) => 500,
         };
         Self::new(code, e.to_string())

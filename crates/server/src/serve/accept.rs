@@ -7,13 +7,14 @@
 //! own connections closes (which frees a descriptor). It logs the first failure of such an
 //! episode and its end, not every attempt.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::activity::Policy;
@@ -25,8 +26,8 @@ use crate::config::{Connections, DEFAULT_MAX_CONNECTIONS};
 pub const BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Longest wait between two accepts that fail.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Refused connections being answered at once, per port; beyond this a refused connection is
-/// closed without an answer.
+/// Refused connections being answered at once, per port; a new one beyond this closes the
+/// oldest (an idle flood cannot keep a prompt client from its answer).
 pub const REFUSALS: usize = 64;
 /// A refused connection is closed this long after its accept at the latest.
 pub const REFUSAL_TIME: Duration = Duration::from_secs(1);
@@ -107,11 +108,13 @@ impl Drop for Slot {
     }
 }
 
-/// Retries of failing accepts.
+/// Retries of failing accepts. An episode of failures ends once accepts have not failed for
+/// [`BACKOFF_MAX`]: a freed descriptor lets one accept through and the next one fail again,
+/// which is the same episode, not a new one to log.
 struct Backoff {
     next: Duration,
-    /// When the current episode of failures began, and how many there were.
-    failing: Option<(Instant, u64)>,
+    /// The current episode: when it began, its failures, its last failure.
+    failing: Option<(Instant, u64, Instant)>,
 }
 
 impl Backoff {
@@ -122,13 +125,17 @@ impl Backoff {
         }
     }
 
-    /// A failed accept: how long to wait before the next one.
+    /// A failed accept: how long to wait before the next one (unless a connection closes).
     fn failed(&mut self, port: &str, error: &io::Error) -> Duration {
+        let now = Instant::now();
         match &mut self.failing {
-            Some((_, count)) => *count += 1,
+            Some((_, count, last)) => {
+                *count += 1;
+                *last = now;
+            }
             None => {
                 tracing::warn!(port, %error, "accept failing; retrying with backoff (at most {} ms apart) and whenever a connection closes", BACKOFF_MAX.as_millis());
-                self.failing = Some((Instant::now(), 1));
+                self.failing = Some((now, 1, now));
             }
         }
         let wait = self.next;
@@ -136,16 +143,21 @@ impl Backoff {
         wait
     }
 
+    /// An accept succeeded: ends the episode if none failed for [`BACKOFF_MAX`].
     fn succeeded(&mut self, port: &str) {
-        if let Some((since, count)) = self.failing.take() {
+        let Some((since, count, last)) = self.failing else {
+            return;
+        };
+        if last.elapsed() >= BACKOFF_MAX {
             tracing::info!(
                 port,
                 failures = count,
-                ms = since.elapsed().as_millis() as u64,
+                ms = last.duration_since(since).as_millis() as u64,
                 "accepting again"
             );
+            self.failing = None;
+            self.next = BACKOFF_MIN;
         }
-        self.next = BACKOFF_MIN;
     }
 }
 
@@ -176,7 +188,7 @@ impl AcceptLoop {
         let label = port.label.port;
         let mut listener = Some(listener);
         let slots = Arc::new(Semaphore::new(max));
-        let refusals = Arc::new(Semaphore::new(REFUSALS));
+        let mut refusing: VecDeque<AbortHandle> = VecDeque::with_capacity(REFUSALS);
         let closed = Arc::new(Notify::new());
         let mut backoff = Backoff::new();
         let mut retry_at: Option<Instant> = None;
@@ -213,14 +225,13 @@ impl AcceptLoop {
                         } else {
                             port.metrics.refused.get_or_create(&port.label).inc();
                             tracing::debug!(port = label, %peer, max, "connection refused: the port holds its maximum");
-                            if let Ok(permit) = refusals.clone().try_acquire_owned() {
-                                let policy = Policy::Refusal { limit: REFUSAL_TIME };
-                                let task = connection::run(conn, port.clone(), refusal.clone(), policy, phase.clone());
-                                tasks.spawn(async move {
-                                    task.await;
-                                    drop(permit);
-                                });
+                            refusing.retain(|r| !r.is_finished());
+                            if refusing.len() >= REFUSALS {
+                                refusing.pop_front().inspect(AbortHandle::abort);
                             }
+                            let policy = Policy::Refusal { limit: REFUSAL_TIME };
+                            let task = connection::run(conn, port.clone(), refusal.clone(), policy, phase.clone());
+                            refusing.push_back(tasks.spawn(task));
                         }
                     }
                     Err(e) if connection_error(&e) => {}

@@ -537,6 +537,11 @@ impl Nacos {
             }
             "ServiceQueryRequest" => {
                 let service = r.service()?;
+                // A restarted registry's view is partial until its clients re-registered: a
+                // pull is refused meanwhile, as native pulls are (the SDK keeps its cache).
+                if registry.warming_up() {
+                    return Err(ApiError::WarmingUp.into());
+                }
                 let healthy_only = r.healthy_only.or(r.health_only).unwrap_or(false);
                 let clusters = r.cluster.clone().unwrap_or_default();
                 let (_, info) = self.service_info(&service, &clusters, healthy_only, false);
@@ -547,6 +552,12 @@ impl Nacos {
                 let clusters = r.clusters.clone().unwrap_or_default();
                 if r.subscribe.unwrap_or(true) {
                     self.subscribe(conn, session, &service, &clusters, peer)?;
+                    // Subscribed, but no partial view in the answer while the registry warms
+                    // up: the push after the warm-up brings the whole one, and the SDK's redo
+                    // asks again.
+                    if registry.warming_up() {
+                        return Err(ApiError::WarmingUp.into());
+                    }
                 } else {
                     let sub = conn.lock().subs.remove(&service);
                     if let Some(sub) = sub {

@@ -281,7 +281,7 @@ async fn a_restart_under_a_thousand_sessions_is_bounded_and_loses_nothing() {
         "the Nacos client got a ConnectResetRequest"
     );
     let nacos_before = nacos_views.lock().unwrap().len();
-    nacos_conn = nacos(grpc_addr, nacos_views.clone()).await;
+    let reconnecting = tokio::spawn(nacos(grpc_addr, nacos_views.clone()));
 
     // Everyone is back on the second server.
     let back = poll(Duration::from_secs(20), || async {
@@ -292,6 +292,7 @@ async fn a_restart_under_a_thousand_sessions_is_bounded_and_loses_nothing() {
     })
     .await
     .expect("every provider registered again on the second server");
+    nacos_conn = reconnecting.await.unwrap();
     let caught_up = poll(Duration::from_secs(20), || async {
         let native = native_views
             .lock()

@@ -151,7 +151,17 @@ impl RunningServer {
         // Before any stream ends: what consumers hold stays what they were last sent.
         self.registry.hold_pushes();
         self.nacos.reset_all().await;
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            "stop: streams told to end"
+        );
         let (http, grpc) = tokio::join!(self.http.finish(deadline), self.grpc.finish(deadline));
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            ?http,
+            ?grpc,
+            "stop: connections done"
+        );
         let engine = self.registry.close(deadline).await;
         ShutdownReport {
             elapsed: started.elapsed(),

@@ -1132,14 +1132,17 @@ impl Registry {
     /// Ends a session: its instances go at once, its subscriptions leave every drain's wait.
     /// While the registry recovers from its own stall the instances stay instead, in
     /// [`Liveness::Grace`], until their client registers them again on a new session or the
-    /// recovery ends (see `engine::hold`).
+    /// recovery ends (see `engine::hold`). While the registry stops they stay too: nothing is
+    /// published any more, and removing them one session at a time would only slow the stop.
     pub fn close_session(&self, id: &str) {
         let recovering = self.observe_clock(Instant::now()) == hold::ClockReading::Recovering;
+        let stopping = self.is_stopping();
         let mut state = self.lock();
         state.sessions.remove(id);
         let owned: Vec<(ServiceKey, InstanceKey)> = state
             .services
             .iter()
+            .filter(|_| !stopping)
             .flat_map(|(svc, s)| {
                 s.instances
                     .values()

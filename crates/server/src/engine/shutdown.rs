@@ -71,6 +71,11 @@ impl Registry {
         }
     }
 
+    /// True once pushes are held for a stop ([`Registry::hold_pushes`]).
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.inner.holds.borrow().shutdown
+    }
+
     /// True once [`Registry::close`] ran: the store is released and background work stopped.
     pub fn is_closed(&self) -> bool {
         self.inner.store.is_closed()
@@ -178,5 +183,44 @@ mod tests {
 
         let again = r.close(Instant::now()).await;
         assert!(!again.store_released, "closing twice releases nothing more");
+    }
+
+    #[tokio::test]
+    async fn sessions_ending_during_a_stop_publish_nothing() {
+        let r = registry();
+        let svc = ServiceKey::named("fleet");
+        let mut sessions = Vec::new();
+        for i in 1..=3 {
+            let id = r.open_session("peer".into(), "c".into(), format!("c{i}"));
+            let instance = Instance::new(InstanceKey::new(&format!("10.0.0.{i}"), 80, ""));
+            r.register(svc.clone(), instance, LivenessRequest::Session(id.clone()))
+                .await
+                .unwrap();
+            sessions.push(id);
+        }
+        let before = r.view(&svc);
+        r.close_session(&sessions[0]);
+        let normal = r.view(&svc);
+        assert_eq!(
+            normal.instances.len(),
+            2,
+            "a session ending normally takes its instance"
+        );
+        assert!(normal.revision > before.revision);
+        r.hold_pushes();
+        for id in &sessions[1..] {
+            r.close_session(id);
+        }
+        let after = r.view(&svc);
+        assert_eq!(r.session_count(), 0);
+        assert_eq!(
+            after.instances.len(),
+            2,
+            "kept: nothing is published any more"
+        );
+        assert_eq!(
+            after.revision, normal.revision,
+            "no revision while stopping"
+        );
     }
 }

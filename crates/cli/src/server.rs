@@ -55,7 +55,8 @@ pub struct ServerArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
     /// HTTP: a request head must arrive within this (from its first byte; from the accept for a
-    /// connection's first request), or the connection is closed (slowloris).
+    /// connection's first request), or the connection is closed (slowloris); a request body
+    /// may not stall for longer either.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub http_header_timeout: Duration,
     /// HTTP: a keep-alive connection with nothing in flight is closed after this.
@@ -263,4 +264,92 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         },
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+    use gangway_server::config;
+
+    use super::ServerArgs;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        server: ServerArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServerArgs, clap::Error> {
+        Args::try_parse_from(std::iter::once("server").chain(args.iter().copied()))
+            .map(|a| a.server)
+    }
+
+    #[test]
+    fn stop_and_connection_flags_default_to_the_documented_constants() {
+        let c = parse(&[]).unwrap().config().unwrap();
+        assert_eq!(c.shutdown_timeout, config::DEFAULT_SHUTDOWN_TIMEOUT);
+        assert_eq!(c.connections, config::Connections::default());
+        assert_eq!(c.connections.http_header_timeout, Duration::from_secs(30));
+        assert_eq!(c.connections.http_idle_timeout, Duration::from_secs(75));
+        assert_eq!(
+            c.connections.grpc_handshake_timeout,
+            Duration::from_secs(10)
+        );
+        assert_eq!(c.connections.http_max, None, "auto");
+    }
+
+    #[test]
+    fn connection_flags_are_read_and_checked() {
+        let c = parse(&[
+            "--shutdown-timeout",
+            "2s",
+            "--http-header-timeout",
+            "5s",
+            "--http-idle-timeout",
+            "1m",
+            "--http-max-connections",
+            "100",
+            "--grpc-max-connections",
+            "auto",
+            "--grpc-handshake-timeout",
+            "500ms",
+        ])
+        .unwrap()
+        .config()
+        .unwrap();
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(2));
+        assert_eq!(c.connections.http_header_timeout, Duration::from_secs(5));
+        assert_eq!(c.connections.http_idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.connections.http_max, Some(100));
+        assert_eq!(c.connections.grpc_max, None);
+        assert_eq!(
+            c.connections.grpc_handshake_timeout,
+            Duration::from_millis(500)
+        );
+
+        for bad in ["0", "lots", "1000001", "1.5"] {
+            let e = parse(&["--http-max-connections", bad])
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("--http-max-connections") && e.contains("must be auto or 1-1000000"),
+                "{bad}: {e}"
+            );
+        }
+        let e = parse(&["--shutdown-timeout", "0s", "--http-idle-timeout", "2h"])
+            .unwrap()
+            .config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--shutdown-timeout must be 100ms-10m, got 0ms"),
+            "{e}"
+        );
+        assert!(
+            e.contains("--http-idle-timeout must be 100ms-60m, got 120m"),
+            "{e}"
+        );
+    }
 }

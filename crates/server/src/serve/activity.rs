@@ -272,6 +272,60 @@ impl<B: Body + Unpin> Body for TrackedBody<B> {
     }
 }
 
+/// A request body that must keep arriving: once it has been waited for longer than `gap`
+/// without a frame, reading it fails (the handler answers 400 `body`), so a client that stops
+/// sending half-way through a body holds its connection no longer than a slow head would.
+pub(crate) struct TimedBody<B> {
+    inner: B,
+    gap: Duration,
+    waiting: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> Body for TimedBody<B>
+where
+    B: Body<Data = axum::body::Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = axum::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.waiting = None;
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                let gap = this.gap;
+                let waiting = this
+                    .waiting
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
+                ready!(waiting.as_mut().poll(cx));
+                Poll::Ready(Some(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the request body stalled for more than {} ms",
+                        gap.as_millis()
+                    ),
+                )
+                .into())))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// The service of one connection: the port's router, with the peer's address in the request
 /// extensions (axum's [`ConnectInfo`] and tonic's `TcpConnectInfo`, which `remote_addr()`
 /// reads), counting requests in its [`Activity`].
@@ -316,6 +370,18 @@ impl tower::Service<http::Request<Incoming>> for Counted {
             local_addr: Some(self.local),
             remote_addr: Some(self.peer),
         });
+        let request = match self.activity.policy {
+            // On the REST port a body must keep coming, like a head; a gRPC request body is a
+            // session's stream, which may rest for as long as the session lives.
+            Policy::Http { header, .. } => request.map(|inner| {
+                axum::body::Body::new(TimedBody {
+                    inner,
+                    gap: header,
+                    waiting: None,
+                })
+            }),
+            _ => request.map(axum::body::Body::new),
+        };
         let response = self.router.call(request);
         Box::pin(async move {
             let response = response.await?;

@@ -259,6 +259,34 @@ async fn a_head_trickling_in_is_closed_within_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn a_body_that_stops_arriving_is_refused_after_the_header_timeout() {
+    let header = Duration::from_millis(400);
+    let s = server(limits(header, Duration::from_secs(30))).await;
+    let mut stream = TcpStream::connect(s.http_addr).await.unwrap();
+    let head = "POST /v1/services/stalled/instances HTTP/1.1\r\nhost: x\r\n\
+                content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"ip\":";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let since = Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(header + SLACK, stream.read(&mut buf))
+        .await
+        .expect("answered in time")
+        .unwrap();
+    let took = since.elapsed();
+    let (status, body) = parse_answer(&buf[..n]);
+    println!("body stalled after 6 of 100 bytes: {status} after {took:?} {body}");
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["field"], "body", "{body}");
+    assert!(took >= header, "{took:?}");
+    assert!(
+        s.registry
+            .entries(&gangway_core::model::ServiceKey::named("stalled"))
+            .1
+            .is_empty()
+    );
+}
+
+#[tokio::test]
 async fn an_idle_keep_alive_connection_lasts_the_idle_timeout_not_the_header_timeout() {
     let (header, idle) = (Duration::from_millis(300), Duration::from_millis(1500));
     let s = server(limits(header, idle)).await;

@@ -162,10 +162,23 @@ fn min_seen(views: &[usize]) -> Option<usize> {
     views.iter().copied().min()
 }
 
+/// This process hosts 1,100 clients on a machine shared with other builds, where freezes of
+/// the whole machine for up to 4 s were seen: the default 3 s keepalive rightly ends the
+/// sessions of such a frozen peer, before any restart. The restart is what is under test here,
+/// so its sessions tolerate freezes of up to this on both sides.
+const FREEZE_TOLERANT_KEEPALIVE: Duration = Duration::from_secs(10);
+const SERVER_FLAGS: &[&str] = &["--keepalive-timeout", "10s"];
+
+fn client_config(grpc: &str) -> ClientConfig {
+    let mut config = ClientConfig::new(grpc);
+    config.keepalive_timeout = FREEZE_TOLERANT_KEEPALIVE;
+    config
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_a_thousand_sessions_is_bounded_and_loses_nothing() {
     let data = tempfile::tempdir().unwrap();
-    let mut server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let mut server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", SERVER_FLAGS).await;
     let (http, grpc) = (server.http.clone(), server.grpc.clone());
     let grpc_addr: SocketAddr = grpc.parse().unwrap();
 
@@ -177,7 +190,7 @@ async fn a_restart_under_a_thousand_sessions_is_bounded_and_loses_nothing() {
             let grpc = grpc.clone();
             async move {
                 let client =
-                    Client::connect(ClientConfig::new(grpc).with_client_name(format!("fleet-{i}")))
+                    Client::connect(client_config(&grpc).with_client_name(format!("fleet-{i}")))
                         .await?;
                 client
                     .register(fleet(), member(i), 1.0, BTreeMap::new())
@@ -201,9 +214,7 @@ async fn a_restart_under_a_thousand_sessions_is_bounded_and_loses_nothing() {
     );
 
     // Consumers: a native subscription, 100 SSE watchers, the Nacos client's subscription.
-    let consumer = Client::connect(ClientConfig::new(grpc.clone()))
-        .await
-        .unwrap();
+    let consumer = Client::connect(client_config(&grpc)).await.unwrap();
     let subscription = consumer.subscribe(fleet()).await.unwrap();
     let native_views = Views::default();
     let native_task = {
@@ -266,7 +277,7 @@ async fn a_restart_under_a_thousand_sessions_is_bounded_and_loses_nothing() {
     );
     assert!(took < EXIT_WITHIN, "{took:?}");
     let exited = Instant::now();
-    server = Server::start(data.path(), &http, &grpc, &[]).await;
+    server = Server::start(data.path(), &http, &grpc, SERVER_FLAGS).await;
     let restart = exited.elapsed();
     println!("second server on the same data dir listening {restart:?} after the first exited");
 
@@ -353,9 +364,22 @@ async fn a_restart_under_a_thousand_sessions_is_bounded_and_loses_nothing() {
         native.iter().all(|n| *n == FLEET),
         "native consumer saw {native:?}"
     );
+    let short: Vec<(usize, u64, usize)> = watched
+        .iter()
+        .enumerate()
+        .flat_map(|(w, s)| {
+            s.lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, n)| *n != FLEET)
+                .map(|(r, n)| (w, *r, *n))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     assert!(
-        watcher_counts.iter().all(|n| *n == FLEET),
-        "a watcher saw fewer than {FLEET}"
+        short.is_empty(),
+        "watchers saw other than {FLEET} (watcher, revision, count; the first server's last \
+         revision was {first_revision}): {short:?}"
     );
     assert!(
         nacos.iter().all(|n| *n == FLEET),

@@ -29,11 +29,13 @@ mod background;
 mod drain;
 mod hold;
 mod probe;
+mod shutdown;
 mod subscribers;
 #[cfg(test)]
 mod tests;
 
 pub use drain::DrainReport;
+pub use shutdown::CloseReport;
 pub use subscribers::{SubscriberInfo, SubscriberKind, SubscriberRow};
 
 /// A service's consumer view at one revision, as pushed.
@@ -471,7 +473,8 @@ impl State {
 
 pub(crate) struct Inner {
     pub(crate) state: Mutex<State>,
-    store: Arc<dyn Store>,
+    /// The durable store, until [`Registry::close`] releases it.
+    store: shutdown::StoreSlot,
     /// Serialises durable writes with the in-memory change that follows them.
     durable: tokio::sync::Mutex<()>,
     pub(crate) config: Config,
@@ -564,7 +567,7 @@ impl Registry {
         let registry = Registry {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
-                store,
+                store: shutdown::StoreSlot::new(store),
                 durable: tokio::sync::Mutex::new(()),
                 boot_id: format!("{boot_micros:x}"),
                 holds: watch::channel(holds).0,
@@ -626,7 +629,7 @@ impl Registry {
     }
 
     async fn write(&self, batch: Vec<Write>) -> Result<(), ApiError> {
-        let store = self.inner.store.clone();
+        let store = self.inner.store.get()?;
         tokio::task::spawn_blocking(move || store.apply(&batch))
             .await
             .map_err(|e| ApiError::Store(format!("store task failed: {e}")))??;
@@ -1092,14 +1095,17 @@ impl Registry {
     /// Ends a session: its instances go at once, its subscriptions leave every drain's wait.
     /// While the registry recovers from its own stall the instances stay instead, in
     /// [`Liveness::Grace`], until their client registers them again on a new session or the
-    /// recovery ends (see `engine::hold`).
+    /// recovery ends (see `engine::hold`). While the registry stops they stay too: nothing is
+    /// published any more, and removing them one session at a time would only slow the stop.
     pub fn close_session(&self, id: &str) {
         let recovering = self.observe_clock(Instant::now()) == hold::ClockReading::Recovering;
+        let stopping = self.is_stopping();
         let mut state = self.lock();
         state.sessions.remove(id);
         let owned: Vec<(ServiceKey, InstanceKey)> = state
             .services
             .iter()
+            .filter(|_| !stopping)
             .flat_map(|(svc, s)| {
                 s.instances
                     .values()

@@ -284,7 +284,12 @@ impl Worker {
                 _ = pull.tick() => self.pull_all(),
             }
         };
-        tracing::warn!(%reason, "gangway session lost; reconnecting");
+        if self.go_away.is_some() {
+            // A planned stop of the registry: not a failure.
+            tracing::info!(%reason, "gangway session ended by the registry; reconnecting at once");
+        } else {
+            tracing::warn!(%reason, "gangway session lost; reconnecting");
+        }
         self.out = None;
         self.pending.retain(|_, p| !p.op.is_internal());
         for entry in self.subscriptions.values_mut() {

@@ -678,3 +678,62 @@ async fn abandoned_register_is_undone() {
     };
     assert_eq!(d.instance.as_ref().unwrap().ip, "10.0.0.7");
 }
+
+#[tokio::test]
+async fn go_away_reconnects_at_once_with_the_same_client_id_and_keeps_the_views() {
+    let (addr, mut conns) = start_fake().await;
+    // A plain lost stream waits this long before the next attempt; a GoAway must not.
+    let backoff = Duration::from_secs(3);
+    let cfg = config(&addr).with_backoff(backoff, backoff * 2);
+    let connecting = tokio::spawn(Client::connect(cfg));
+    let mut c1 = next_conn(&mut conns).await;
+    let Some(Out::Hello(first)) = c1.recv().await.kind else {
+        panic!("expected Hello")
+    };
+    c1.welcome("s-1", "boot-1");
+    let client = timeout(WAIT, connecting).await.unwrap().unwrap().unwrap();
+
+    let subscribing = tokio::spawn({
+        let client = client.clone();
+        async move { client.subscribe(orders()).await }
+    });
+    let m = c1.recv().await;
+    assert!(matches!(m.kind, Some(Out::Subscribe(_))), "{m:?}");
+    c1.ok(m.request_id, 0);
+    let sub = timeout(WAIT, subscribing).await.unwrap().unwrap().unwrap();
+    c1.snapshot(&orders(), 7, &["10.0.1.1", "10.0.1.2"], 0);
+    assert!(matches!(c1.recv().await.kind, Some(Out::Ack(_))));
+
+    // The registry is stopping: it says so and keeps its end of the stream open.
+    let said = Instant::now();
+    c1.send(In::GoAway(pb::GoAway {
+        reason: "the registry is stopping".into(),
+    }));
+    let ended = timeout(WAIT, c1.inbound.message())
+        .await
+        .expect("client ends its stream");
+    assert!(matches!(ended, Ok(None) | Err(_)), "{ended:?}");
+    let mut c2 = next_conn(&mut conns).await;
+    let reconnected = said.elapsed();
+    println!("GoAway to the next session attempt: {reconnected:?} (backoff {backoff:?})");
+    assert!(
+        reconnected < backoff / 2,
+        "reconnected after {reconnected:?}, as if backing off"
+    );
+    let Some(Out::Hello(second)) = c2.recv().await.kind else {
+        panic!("expected Hello")
+    };
+    assert_eq!(
+        second.client_id, first.client_id,
+        "one client id across sessions, so the registry lets the new one take over"
+    );
+    assert_eq!(sub.view().revision, 7, "the view is kept across the GoAway");
+    assert_eq!(sub.view().instances.len(), 2);
+    c2.welcome("s-2", "boot-2");
+    let m = c2.recv().await;
+    assert!(
+        matches!(m.kind, Some(Out::Subscribe(_))),
+        "re-subscribed: {m:?}"
+    );
+    assert_eq!(sub.view().revision, 7, "still kept until the next snapshot");
+}

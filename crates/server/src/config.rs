@@ -42,6 +42,22 @@ pub const DEFAULT_FULL_PUSH_INTERVAL: Duration = Duration::from_millis(100);
 pub const DEFAULT_DELTA_PUSH_INTERVAL: Duration = Duration::from_millis(10);
 /// A poller (HTTP list call with `subscriber=`) is forgotten after this long without a poll.
 pub const DEFAULT_POLLER_EXPIRY: Duration = Duration::from_secs(90);
+/// Default bound on a stop (SIGTERM/SIGINT): sessions are told to go away, watches and Nacos
+/// streams end, connections close gracefully; whatever still runs after this is dropped: 5 s.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default HTTP header read timeout: a request head (request line and headers) must arrive
+/// within this, counted from its first byte, or from the accept for a connection's first
+/// request (hyper's default header read timeout): 30 s.
+pub const DEFAULT_HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default HTTP idle keep-alive timeout: a connection with no request in flight and no byte of
+/// the next one is closed after this (nginx's `keepalive_timeout`): 75 s.
+pub const DEFAULT_HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
+/// Default gRPC handshake timeout: a connection must send the HTTP/2 client preface within this
+/// of its accept; afterwards HTTP/2 keepalive pings decide: 10 s.
+pub const DEFAULT_GRPC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections per port when [`Connections::http_max`] or [`Connections::grpc_max`] is
+/// derived from the file descriptor limit (`None`): 10,000.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
 /// Everything the server needs, resolved.
 #[derive(Debug, Clone)]
@@ -70,6 +86,43 @@ pub struct Config {
     pub full_push_interval: Duration,
     /// Shortest time between two pushes to one subscriber that takes deltas.
     pub delta_push_interval: Duration,
+    /// Bound on a stop ([`RunningServer::shutdown`](crate::RunningServer::shutdown)).
+    pub shutdown_timeout: Duration,
+    /// Connection timeouts and counts of both ports.
+    pub connections: Connections,
+}
+
+/// Connection bounds of the two ports (docs/operations.md, "Connections").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connections {
+    /// HTTP: the request head must arrive within this (default
+    /// [`DEFAULT_HTTP_HEADER_TIMEOUT`]).
+    pub http_header_timeout: Duration,
+    /// HTTP: an idle keep-alive connection is closed after this (default
+    /// [`DEFAULT_HTTP_IDLE_TIMEOUT`]).
+    pub http_idle_timeout: Duration,
+    /// HTTP: most open connections; further ones get a 503 `overloaded` JSON error and are
+    /// closed. `None` (default): derived from the file descriptor limit, at most
+    /// [`DEFAULT_MAX_CONNECTIONS`].
+    pub http_max: Option<usize>,
+    /// gRPC: the HTTP/2 preface must arrive within this of the accept (default
+    /// [`DEFAULT_GRPC_HANDSHAKE_TIMEOUT`]).
+    pub grpc_handshake_timeout: Duration,
+    /// gRPC: most open connections; further ones get gRPC status UNAVAILABLE and are closed.
+    /// `None` (default): derived as for [`Connections::http_max`].
+    pub grpc_max: Option<usize>,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self {
+            http_header_timeout: DEFAULT_HTTP_HEADER_TIMEOUT,
+            http_idle_timeout: DEFAULT_HTTP_IDLE_TIMEOUT,
+            http_max: None,
+            grpc_handshake_timeout: DEFAULT_GRPC_HANDSHAKE_TIMEOUT,
+            grpc_max: None,
+        }
+    }
 }
 
 /// Liveness timing (DESIGN §3).
@@ -111,6 +164,8 @@ impl Default for Config {
             stall_recovery: DEFAULT_STALL_RECOVERY,
             full_push_interval: DEFAULT_FULL_PUSH_INTERVAL,
             delta_push_interval: DEFAULT_DELTA_PUSH_INTERVAL,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            connections: Connections::default(),
         }
     }
 }

@@ -42,6 +42,25 @@ pub enum ApiError {
     /// The durable store failed (HTTP 500, gRPC INTERNAL).
     #[error("{0}")]
     Store(String),
+    /// The request line (method, path and query) is longer than the server reads (HTTP 414).
+    #[error("the request line is longer than {limit} bytes; send long inputs in a body")]
+    UriTooLong {
+        /// The limit, bytes.
+        limit: usize,
+    },
+    /// The request's header section is too large (HTTP 431).
+    #[error("{message}")]
+    HeadersTooLarge {
+        /// Which limit was passed.
+        message: String,
+    },
+    /// The server holds its maximum number of connections (HTTP 503, gRPC UNAVAILABLE); retry
+    /// later or on another server.
+    #[error("{message}")]
+    Overloaded {
+        /// Which limit was reached.
+        message: String,
+    },
 }
 
 impl ApiError {
@@ -65,7 +84,8 @@ impl ApiError {
     }
 
     /// Stable code: `invalid_argument`, `not_found`, `method_not_allowed`, `conflict`,
-    /// `payload_too_large`, `warming_up`, `internal`.
+    /// `payload_too_large`, `warming_up`, `internal`, `uri_too_long`, `headers_too_large`,
+    /// `overloaded`.
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid(_) => "invalid_argument",
@@ -75,6 +95,9 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::WarmingUp => "warming_up",
             ApiError::Store(_) => "internal",
+            ApiError::UriTooLong { .. } => "uri_too_long",
+            ApiError::HeadersTooLarge { .. } => "headers_too_large",
+            ApiError::Overloaded { .. } => "overloaded",
         }
     }
 
@@ -104,7 +127,22 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::WarmingUp => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
+    }
+
+    /// The JSON body: `{"error": {"code", "message", "field"}}`.
+    pub fn json_body(&self) -> String {
+        let body = Body {
+            error: Inner {
+                code: self.code(),
+                message: self.message(),
+                field: self.field(),
+            },
+        };
+        serde_json::to_string(&body).unwrap_or_default()
     }
 }
 

@@ -194,7 +194,43 @@ impl pb::registry_server::Registry for SessionService {
             tx,
         );
         tokio::spawn(session.run(inbound));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
+        Ok(Response::new(Box::pin(outbound(
+            ReceiverStream::new(rx),
+            self.registry.stopping(),
+        ))))
+    }
+}
+
+/// The reason a stopping server gives in its `GoAway`.
+pub const GO_AWAY_REASON: &str = "the registry is stopping";
+
+/// A session's outbound stream: its messages until the server stops, then a `GoAway` and the
+/// end of the stream (the session's task then ends it). The client reconnects at once, without
+/// backoff, and keeps its cached views meanwhile.
+fn outbound(
+    messages: impl Stream<Item = pb::ServerMessage> + Send + 'static,
+    stopping: impl Future<Output = ()> + Send + 'static,
+) -> impl Stream<Item = Result<pb::ServerMessage, Status>> + Send + 'static {
+    async_stream::stream! {
+        tokio::pin!(messages);
+        tokio::pin!(stopping);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut stopping => {
+                    yield Ok(pb::ServerMessage {
+                        kind: Some(pb::server_message::Kind::GoAway(pb::GoAway {
+                            reason: GO_AWAY_REASON.to_owned(),
+                        })),
+                    });
+                    break;
+                }
+                message = messages.next() => match message {
+                    Some(message) => yield Ok(message),
+                    None => break,
+                },
+            }
+        }
     }
 }
 

@@ -13,12 +13,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio::time::Instant;
 
 pub mod config;
 pub mod engine;
@@ -27,6 +26,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod nacos;
+pub mod serve;
 
 pub use config::Config;
 pub use engine::Registry;
@@ -40,8 +40,25 @@ pub struct RunningServer {
     pub grpc_addr: SocketAddr,
     /// The engine, for embedding and tests.
     pub registry: Registry,
-    stop: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    /// Most open connections of the REST and the gRPC port (configured, or derived from the
+    /// open-file limit).
+    pub max_connections: (usize, usize),
+    nacos: nacos::Nacos,
+    http: serve::Serving,
+    grpc: serve::Serving,
+}
+
+/// What a stop did ([`RunningServer::shutdown`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// From the call until everything was closed.
+    pub elapsed: Duration,
+    /// REST connections: closed by themselves, dropped at the timeout.
+    pub http: serve::PortStop,
+    /// gRPC connections: closed by themselves, dropped at the timeout.
+    pub grpc: serve::PortStop,
+    /// The engine's close (probes, store).
+    pub engine: engine::CloseReport,
 }
 
 /// Opens the store, loads durable state, binds both listeners and starts serving.
@@ -65,9 +82,9 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     };
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);
+    let connection_metrics = serve::ConnectionMetrics::register(&mut prometheus);
     let registry =
         Registry::start(store, config.clone(), metrics).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (stop, stopped) = watch::channel(false);
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
 
@@ -75,62 +92,82 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     let router =
         http::router(registry.clone(), prometheus).merge(nacos::http::router(nacos.clone()));
     let (nacos_request, nacos_bi_stream) = nacos::grpc::services(nacos.clone());
-    let mut http_stop = stopped.clone();
-    let http_task = tokio::spawn(async move {
-        axum::serve(
-            http_listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = http_stop.wait_for(|s| *s).await;
-        })
-        .await
-        .context("HTTP server")
-    });
-
-    let live = config.liveness;
-    let service = grpc::SessionService::new(registry.clone()).into_server();
-    let mut grpc_stop = stopped;
-    let grpc_task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(live.keepalive_interval))
-            .http2_keepalive_timeout(Some(live.keepalive_timeout))
-            .tcp_nodelay(true)
-            .add_service(service)
+    let grpc_router =
+        tonic::service::Routes::new(grpc::SessionService::new(registry.clone()).into_server())
             .add_service(nacos_request)
             .add_service(nacos_bi_stream)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async move {
-                let _ = grpc_stop.wait_for(|s| *s).await;
-                // Nacos streams last as long as their clients: end them, or shutdown waits.
-                nacos.reset_all().await;
-            })
-            .await
-            .context("gRPC server")
-    });
+            .prepare()
+            .into_axum_router();
+    let (http_max, grpc_max) = serve::caps(&config.connections);
+    let http = serve::Serving::http(
+        http_listener,
+        router,
+        &config.connections,
+        http_max,
+        connection_metrics.clone(),
+    );
+    let grpc = serve::Serving::grpc(
+        grpc_listener,
+        grpc_router,
+        &config.liveness,
+        &config.connections,
+        grpc_max,
+        connection_metrics,
+    );
     Ok(RunningServer {
         http_addr,
         grpc_addr,
         registry,
-        stop,
-        tasks: vec![http_task, grpc_task],
+        max_connections: (http_max, grpc_max),
+        nacos,
+        http,
+        grpc,
     })
 }
 
 impl RunningServer {
-    /// Serves until one of the listeners fails.
+    /// Serves until the server stops by itself, which only an internal failure (a panicked
+    /// accept loop) makes it do.
     pub async fn wait(mut self) -> anyhow::Result<()> {
-        let (result, _, rest) = futures::future::select_all(std::mem::take(&mut self.tasks)).await;
-        for task in rest {
-            task.abort();
+        tokio::select! {
+            _ = self.http.ended() => {}
+            _ = self.grpc.ended() => {}
         }
-        result?
+        anyhow::bail!("a listener stopped serving")
     }
 
-    /// Stops accepting, ends open streams and waits for both servers to finish.
-    pub async fn shutdown(mut self) {
-        let _ = self.stop.send(true);
-        for task in std::mem::take(&mut self.tasks) {
-            let _ = task.await;
+    /// Stops within [`Config::shutdown_timeout`]: stops accepting on both ports; holds back
+    /// every push (so that ending sessions shows no consumer a removal); tells every native
+    /// session to go away (`GoAway`, the client reconnects at once and keeps its views) and
+    /// ends its stream; ends SSE watches and Nacos streams (`ConnectResetRequest`); shuts every
+    /// connection down gracefully; drops whatever still runs at the timeout; then closes the
+    /// engine, which waits for the store write in flight and releases the store (and its file
+    /// lock on the data directory).
+    pub async fn shutdown(self) -> ShutdownReport {
+        let started = Instant::now();
+        let deadline = started + self.registry.config().shutdown_timeout;
+        self.http.stop_accepting();
+        self.grpc.stop_accepting();
+        // Before any stream ends: what consumers hold stays what they were last sent.
+        self.registry.hold_pushes();
+        self.nacos.reset_all().await;
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            "stop: streams told to end"
+        );
+        let (http, grpc) = tokio::join!(self.http.finish(deadline), self.grpc.finish(deadline));
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            ?http,
+            ?grpc,
+            "stop: connections done"
+        );
+        let engine = self.registry.close(deadline).await;
+        ShutdownReport {
+            elapsed: started.elapsed(),
+            http,
+            grpc,
+            engine,
         }
     }
 }

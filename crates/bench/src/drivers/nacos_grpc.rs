@@ -28,6 +28,7 @@ pub struct NacosConn {
     _tx: mpsc::Sender<pb::Payload>,
     next: AtomicU64,
     reader: tokio::task::JoinHandle<()>,
+    resets: Arc<AtomicU64>,
 }
 
 /// A payload of type `ty` with `body` as JSON.
@@ -89,8 +90,10 @@ impl NacosConn {
             .await
             .context("opening the bi-stream")?
             .into_inner();
+        let resets = Arc::new(AtomicU64::new(0));
         let reader = {
             let tx = tx.clone();
+            let resets = resets.clone();
             tokio::spawn(async move {
                 while let Ok(Some(msg)) = inbound.message().await {
                     let (ty, body) = decode(&msg);
@@ -103,6 +106,10 @@ impl NacosConn {
                         }
                         "ClientDetectionRequest" => "ClientDetectionResponse",
                         "SetupAckRequest" => "SetupAckResponse",
+                        "ConnectResetRequest" => {
+                            resets.fetch_add(1, Ordering::Relaxed);
+                            "ConnectResetResponse"
+                        }
                         _ => continue,
                     };
                     let reply = json!({"requestId": body["requestId"], "resultCode": 200,
@@ -118,6 +125,7 @@ impl NacosConn {
             _tx: tx,
             next: AtomicU64::new(1),
             reader,
+            resets,
         };
         // Servers answer 301 until the stream's setup is registered (Nacos SDKs retry too).
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -128,6 +136,16 @@ impl NacosConn {
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         }
+    }
+
+    /// `ConnectResetRequest`s the server sent on the stream (a stopping server sends one).
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Relaxed)
+    }
+
+    /// Whether the server ended the stream (a Nacos SDK then reconnects).
+    pub fn stream_ended(&self) -> bool {
+        self.reader.is_finished()
     }
 
     /// Sends a unary request; `body` gets a fresh `requestId`. Fails unless `resultCode` is 200.

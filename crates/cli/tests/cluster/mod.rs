@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -29,8 +30,24 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: &[&str]) -> Proc {
-        let mut child = Command::new(GANGWAY)
-            .args(args)
+        let mut command = Command::new(GANGWAY);
+        command.args(args);
+        Self::spawn_command(command)
+    }
+
+    /// Spawns `gangway` with its open-file limit (soft and hard) lowered to `limit` first.
+    pub fn spawn_with_fd_limit(limit: u64, args: &[&str]) -> Proc {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+            .arg(GANGWAY)
+            .args(args);
+        Self::spawn_command(command)
+    }
+
+    fn spawn_command(mut command: Command) -> Proc {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -100,6 +117,21 @@ impl Proc {
         }
     }
 
+    /// Forwards stderr as [`Proc::forward_stderr`] does, and keeps every line.
+    pub fn keep_stderr(&mut self, tag: &'static str) -> Arc<Mutex<Vec<String>>> {
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        if let Some(mut lines) = self.stderr.take() {
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    eprintln!("[{tag}] {line}");
+                    kept.lock().unwrap().push(line);
+                }
+            });
+        }
+        kept
+    }
+
     /// Everything left on stdout, once the process exits (bounded by `timeout`).
     pub async fn rest_of_stdout(&mut self, timeout: Duration) -> String {
         let mut out = String::new();
@@ -140,13 +172,43 @@ fn addr_field(line: &str, key: &str) -> String {
 impl Server {
     /// Starts `gangway server` on the given addresses (use `127.0.0.1:0` for fresh ports).
     pub async fn start(data_dir: &Path, http: &str, grpc: &str, extra: &[&str]) -> Server {
-        let mut args = vec!["server", "--http", http, "--grpc", grpc, "--log", "warn"];
+        let mut server = Self::spawn(data_dir, http, grpc, extra, None).await;
+        server.proc.forward_stderr("server");
+        server
+    }
+
+    /// Starts `gangway server` with fresh ports and its open-file limit lowered to `fd_limit`;
+    /// its stderr is left to the caller.
+    pub async fn start_with_fd_limit(data_dir: &Path, fd_limit: u64, extra: &[&str]) -> Server {
+        Self::spawn(
+            data_dir,
+            "127.0.0.1:0",
+            "127.0.0.1:0",
+            extra,
+            Some(fd_limit),
+        )
+        .await
+    }
+
+    async fn spawn(
+        data_dir: &Path,
+        http: &str,
+        grpc: &str,
+        extra: &[&str],
+        fd_limit: Option<u64>,
+    ) -> Server {
+        let mut args = vec!["server", "--http", http, "--grpc", grpc];
+        if !extra.contains(&"--log") {
+            args.extend(["--log", "warn"]);
+        }
         let dir = data_dir.to_str().unwrap().to_owned();
         args.extend(["--data-dir", &dir]);
         args.extend_from_slice(extra);
-        let mut proc = Proc::spawn(&args);
+        let mut proc = match fd_limit {
+            Some(limit) => Proc::spawn_with_fd_limit(limit, &args),
+            None => Proc::spawn(&args),
+        };
         let line = proc.line_starting("gangway server").await;
-        proc.forward_stderr("server");
         Server {
             http: addr_field(&line, "http"),
             grpc: addr_field(&line, "grpc"),

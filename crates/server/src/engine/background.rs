@@ -39,6 +39,9 @@ impl Registry {
                 ticker.tick().await;
                 let Some(inner) = weak.upgrade() else { break };
                 let registry = Registry { inner };
+                if registry.is_closed() {
+                    break;
+                }
                 let now = Instant::now();
                 if registry.observe_clock(now) == ClockReading::Recovering {
                     continue; // expiry waits until the stall recovery is over

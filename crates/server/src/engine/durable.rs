@@ -11,7 +11,7 @@
 use std::sync::{Arc, Weak};
 
 use gangway_store::{Store, Write};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::RegistryError;
 use super::state::State;
@@ -33,30 +33,83 @@ struct Job {
 /// The handle writers enqueue jobs on.
 pub(crate) struct Committer {
     jobs: mpsc::Sender<Job>,
+    /// Set by [`Committer::close`]: the committer finishes its batch and drops the store.
+    closing: watch::Sender<bool>,
+    /// Set by the committer once it dropped the store (its file lock is free then).
+    released: watch::Receiver<bool>,
 }
 
-/// The committer's end of the queue, until [`Queue::start`] gives it its thread.
-pub(crate) struct Queue(mpsc::Receiver<Job>);
+/// The committer's end of the queue, until [`Queue::start`] gives it its task.
+pub(crate) struct Queue {
+    rx: mpsc::Receiver<Job>,
+    closing: watch::Receiver<bool>,
+    released: watch::Sender<bool>,
+}
 
 impl Committer {
     /// A committer and its queue.
     pub(crate) fn new() -> (Self, Queue) {
         let (jobs, rx) = mpsc::channel(QUEUE);
-        (Self { jobs }, Queue(rx))
+        let (closing_tx, closing) = watch::channel(false);
+        let (released, released_rx) = watch::channel(false);
+        (
+            Self {
+                jobs,
+                closing: closing_tx,
+                released: released_rx,
+            },
+            Queue {
+                rx,
+                closing,
+                released,
+            },
+        )
+    }
+
+    /// Stops the committer: the batch in flight finishes (its writers are answered), writes
+    /// queued or arriving later fail, and the store is dropped. Resolves once it is, or at
+    /// `deadline`; `true` when the store was released by then. Idempotent.
+    pub(crate) async fn close(&self, deadline: tokio::time::Instant) -> bool {
+        self.closing.send_replace(true);
+        let mut released = self.released.clone();
+        tokio::time::timeout_at(deadline, released.wait_for(|r| *r))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// True once [`close`](Self::close) was asked for.
+    pub(crate) fn is_closing(&self) -> bool {
+        *self.closing.borrow()
     }
 }
 
 impl Queue {
     /// Starts the committer task over `store`; it applies in-memory changes to the state of
-    /// `inner` (held weakly: the task ends once the registry is gone and the queue is drained).
-    /// Must run inside a tokio runtime.
+    /// `inner` (held weakly: the task ends once the registry is gone and the queue is drained,
+    /// or on [`Committer::close`]). Must run inside a tokio runtime.
     pub(crate) fn start(self, store: Arc<dyn Store>, inner: Weak<Inner>) {
-        tokio::spawn(run(store, inner, self.0));
+        tokio::spawn(run(store, inner, self));
     }
 }
 
-async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, mut rx: mpsc::Receiver<Job>) {
-    while let Some(first) = rx.recv().await {
+fn stopping() -> RegistryError {
+    RegistryError::Internal("the registry is stopping: its store is closed".into())
+}
+
+async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, queue: Queue) {
+    let Queue {
+        mut rx,
+        mut closing,
+        released,
+    } = queue;
+    loop {
+        let first = tokio::select! {
+            job = rx.recv() => match job {
+                Some(job) => job,
+                None => break,
+            },
+            _ = closing.wait_for(|c| *c) => break,
+        };
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -92,6 +145,13 @@ async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, mut rx: mpsc::Receiver<J
             }
         }
     }
+    // Closed: refuse what still waits, then let go of the store (and its file lock).
+    rx.close();
+    while let Ok(job) = rx.try_recv() {
+        (job.finish)(Err(stopping()));
+    }
+    drop(store);
+    released.send_replace(true);
 }
 
 impl Registry {
@@ -112,12 +172,15 @@ impl Registry {
                 let _ = done.send(state.and_then(apply));
             }),
         };
+        if self.inner.committer.is_closing() {
+            return Err(stopping());
+        }
         self.inner
             .committer
             .jobs
             .send(job)
             .await
-            .map_err(|_| RegistryError::Internal("the store committer has stopped".into()))?;
+            .map_err(|_| stopping())?;
         answer
             .await
             .map_err(|_| RegistryError::Internal("the store committer dropped a write".into()))?

@@ -39,6 +39,7 @@ mod probe;
 mod service;
 mod sessions;
 mod state;
+mod shutdown;
 mod subscribers;
 #[cfg(test)]
 mod tests;
@@ -46,6 +47,7 @@ mod tests;
 pub use drain::DrainReport;
 pub use error::RegistryError;
 pub use service::{CHANGE_LOG_LEN, Delta, Push, Snapshot};
+pub use shutdown::CloseReport;
 pub use subscribers::{SubscriberInfo, SubscriberKind, SubscriberRow};
 
 use service::Changed;

@@ -36,15 +36,22 @@ impl Registry {
     /// leave every drain's wait. Costs what the session owns, not what the registry holds.
     /// While the registry recovers from its own stall the instances stay instead, in
     /// [`Liveness::Grace`], until their client registers them again on a new session or the
-    /// recovery ends (see `engine::hold`).
+    /// recovery ends (see `engine::hold`). While the registry stops they stay too: nothing is
+    /// published any more, so removing them would only slow the stop.
     pub fn close_session(&self, id: &str) {
         let recovering = self.observe_clock(Instant::now()) == ClockReading::Recovering;
+        let stopping = self.is_stopping();
         let mut state = self.lock();
         let Some(session) = state.sessions.remove(id) else {
             return;
         };
         let mut removed: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
-        for (svc, key) in &session.instances {
+        let owned = if stopping {
+            BTreeSet::new()
+        } else {
+            session.instances
+        };
+        for (svc, key) in &owned {
             let (svc, key) = (svc.clone(), key.clone());
             if recovering {
                 if let Some(entry) = state

@@ -653,22 +653,28 @@ async fn watch(
         id: id.clone(),
     };
     let registry = s.registry.clone();
-    let stream = s.registry.full_pushes(id, rx).map(move |snapshot| {
-        let _keep = &guard;
-        // A watcher counts as having acked what it was sent (DESIGN §4).
-        registry.ack(&guard.id, snapshot.view.revision);
-        let (_, entries) = registry.entries(&snapshot.service);
-        let json = view_json(
-            &registry,
-            &snapshot.service,
-            snapshot.view.clone(),
-            &entries,
-        );
-        Ok(Event::default()
-            .event("snapshot")
-            .json_data(json)
-            .unwrap_or_default())
-    });
+    // A stopping server ends every watch (the client reconnects, to the next server).
+    let stopping = s.registry.stopping();
+    let stream = s
+        .registry
+        .full_pushes(id, rx)
+        .take_until(stopping)
+        .map(move |snapshot| {
+            let _keep = &guard;
+            // A watcher counts as having acked what it was sent (DESIGN §4).
+            registry.ack(&guard.id, snapshot.view.revision);
+            let (_, entries) = registry.entries(&snapshot.service);
+            let json = view_json(
+                &registry,
+                &snapshot.service,
+                snapshot.view.clone(),
+                &entries,
+            );
+            Ok(Event::default()
+                .event("snapshot")
+                .json_data(json)
+                .unwrap_or_default())
+        });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
 }
 

@@ -154,12 +154,14 @@ impl From<RegistryError> for Refusal {
 impl From<ApiError> for Refusal {
     fn from(e: ApiError) -> Self {
         let code = match &e {
-            ApiError::Invalid(_) | ApiError::Conflict { .. } | ApiError::MethodNotAllowed => {
-                INVALID_PARAM
-            }
+            ApiError::Invalid(_)
+            | ApiError::Conflict { .. }
+            | ApiError::MethodNotAllowed
+            | ApiError::UriTooLong { .. }
+            | ApiError::HeadersTooLarge { .. } => INVALID_PARAM,
             ApiError::NotFound { .. } => 404,
             ApiError::PayloadTooLarge { .. } => INVALID_PARAM,
-            ApiError::WarmingUp => INVALID_SERVER_STATUS,
+            ApiError::WarmingUp | ApiError::Overloaded { .. } => INVALID_SERVER_STATUS,
             ApiError::Store(_) => 500,
         };
         Self::new(code, e.to_string())
@@ -575,6 +577,11 @@ impl Nacos {
             }
             "ServiceQueryRequest" => {
                 let service = r.service()?;
+                // A restarted registry's view is partial until its clients re-registered: a
+                // pull is refused meanwhile, as native pulls are (the SDK keeps its cache).
+                if registry.warming_up() {
+                    return Err(ApiError::WarmingUp.into());
+                }
                 let healthy_only = r.healthy_only.or(r.health_only).unwrap_or(false);
                 let clusters = r.cluster.clone().unwrap_or_default();
                 let (_, info) = self.service_info(&service, &clusters, healthy_only, false);
@@ -585,6 +592,12 @@ impl Nacos {
                 let clusters = r.clusters.clone().unwrap_or_default();
                 if r.subscribe.unwrap_or(true) {
                     self.subscribe(conn, session, &service, &clusters, peer)?;
+                    // Subscribed, but no partial view in the answer while the registry warms
+                    // up: the push after the warm-up brings the whole one, and the SDK's redo
+                    // asks again.
+                    if registry.warming_up() {
+                        return Err(ApiError::WarmingUp.into());
+                    }
                 } else {
                     let sub = conn.lock().subs.remove(&service);
                     if let Some(sub) = sub {

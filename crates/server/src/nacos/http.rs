@@ -148,6 +148,14 @@ impl From<ApiError> for NacosError {
                 code: 30000,
                 message,
             },
+            // Only the serving layer raises these, before any route runs.
+            ApiError::UriTooLong { .. }
+            | ApiError::HeadersTooLarge { .. }
+            | ApiError::Overloaded { .. } => Self {
+                status: e.status(),
+                code: 30000,
+                message,
+            },
         }
     }
 }

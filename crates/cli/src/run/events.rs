@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::sync::Mutex;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
 /// Where the steps of `gangway run` are written (stderr; the child keeps stdout and stderr).
@@ -43,16 +43,23 @@ impl Events {
         let elapsed_ms = ms(now - self.start);
         let signal = *self.signal.lock().unwrap_or_else(|p| p.into_inner());
         let line = if self.json {
-            let mut m = Map::new();
-            m.insert("event".into(), event.into());
-            m.insert("elapsed_ms".into(), elapsed_ms.into());
+            // Written by hand so that `event` comes first (serde_json's maps sort their keys).
+            let mut line = format!(
+                "{{\"event\":{},\"elapsed_ms\":{}",
+                Value::from(event),
+                Value::from(elapsed_ms)
+            );
             if let Some((at, _)) = signal {
-                m.insert("since_signal_ms".into(), ms(now - at).into());
+                line.push_str(&format!(
+                    ",\"since_signal_ms\":{}",
+                    Value::from(ms(now - at))
+                ));
             }
             for (k, v) in fields {
-                m.insert((*k).to_owned(), v.clone());
+                line.push_str(&format!(",{}:{v}", Value::from(*k)));
             }
-            Value::Object(m).to_string()
+            line.push('}');
+            line
         } else {
             let when = match signal {
                 Some((at, name)) => format!("+{:.3}s after {name}", (now - at).as_secs_f64()),

@@ -128,8 +128,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "30s", value_parser = parse_period, value_name = "DURATION")]
     pub ack_timeout: Duration,
     /// Serve GET /ready (200 once every subscriber acked; 503 before, when unhealthy, and from
-    /// the stop signal on) and GET /live on this port.
-    #[arg(long, value_name = "PORT", value_parser = parse_port)]
+    /// the stop signal on) and GET /live on this port (0: a free one, logged as `readiness`).
+    #[arg(long, value_name = "PORT")]
     pub readiness_port: Option<u16>,
     /// Address the readiness endpoint listens on.
     #[arg(

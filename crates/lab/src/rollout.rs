@@ -72,12 +72,15 @@ pub struct RolloutResult {
     pub label: String,
     /// Instances replaced.
     pub instances: usize,
-    /// Requests sent during the rollout (and 1 s after it).
+    /// Requests sent during the rollout, until the consumer caught up, and 1 s more.
     pub total: usize,
     /// Requests that failed.
     pub failed: usize,
     /// From the first step until the last old instance was gone, ms.
     pub rollout_ms: f64,
+    /// From the first step until the consumer's view held only the new instances, ms (`None`:
+    /// not within [`CATCH_UP`] after the last step).
+    pub caught_up_ms: Option<f64>,
     /// Per replaced instance: until its replacement counted as ready, ms.
     pub join_ms: Vec<f64>,
     /// Per replaced instance: its removal (kill, sleep + exit, drain + exit), ms.
@@ -88,8 +91,11 @@ pub struct RolloutResult {
 
 /// The longest a rollout may send for.
 pub const MAX_LOAD: Duration = Duration::from_secs(600);
-/// Load after the last step, to catch failures that come late.
+/// Load after the consumer caught up, to catch failures that come late.
 pub const TAIL: Duration = Duration::from_secs(1);
+/// The longest wait, after the last step, for the consumer's view to hold only the new
+/// instances (a classic consumer needs up to TTL + R).
+pub const CATCH_UP: Duration = Duration::from_secs(30);
 
 impl Rollout {
     /// `kill (SIGKILL), classic TTL 2s R 1s`, ...
@@ -241,6 +247,7 @@ async fn on(
             stop,
             |_| {},
         );
+        let mut views = consumer.views.clone();
         let steps = async {
             // Let the load settle before the first step.
             tokio::time::sleep(TAIL).await;
@@ -259,12 +266,24 @@ async fn on(
                 leave_ms.push(ms(t.elapsed()));
             }
             let rollout_ms = ms(begun.elapsed());
+            // The load goes on until the consumer holds only the new instances: requests that
+            // fail because its cache still names a killed instance count too.
+            let new: Vec<String> = instances.iter().map(|i| i.addr.clone()).collect();
+            let caught_up = tokio::time::timeout(
+                CATCH_UP,
+                views.wait_for(|v| {
+                    v.instances.len() == new.len()
+                        && v.instances.iter().all(|i| new.contains(&i.key.addr()))
+                }),
+            )
+            .await;
+            let caught_up_ms = matches!(caught_up, Ok(Ok(_))).then(|| ms(begun.elapsed()));
             let _ = done_tx.send(());
-            anyhow::Ok((rollout_ms, join_ms, leave_ms))
+            anyhow::Ok((rollout_ms, caught_up_ms, join_ms, leave_ms))
         };
         let (load, steps) = tokio::join!(load, steps);
         consumer.stop();
-        let (rollout_ms, join_ms, leave_ms) = steps?;
+        let (rollout_ms, caught_up_ms, join_ms, leave_ms) = steps?;
         let load = load?;
         anyhow::Ok(RolloutResult {
             rollout,
@@ -273,6 +292,7 @@ async fn on(
             total: load.sent,
             failed: load.failed,
             rollout_ms,
+            caught_up_ms,
             join_ms,
             leave_ms,
             load,
@@ -328,6 +348,7 @@ pub fn render(
         "strategy",
         "failed / total",
         "total rollout time (s)",
+        "consumer caught up (s)",
         "per instance: join + leave (s)",
         "reference",
     ]);
@@ -341,6 +362,8 @@ pub fn render(
                     r.label.clone(),
                     format!("{} / {}", r.failed, r.total),
                     format!("{:.1}", r.rollout_ms / 1000.0),
+                    r.caught_up_ms
+                        .map_or("never".to_owned(), |c| format!("{:.1}", c / 1000.0)),
                     format!("{join:.2} + {leave:.2}"),
                     reference.clone(),
                 ]);
@@ -349,6 +372,7 @@ pub fn render(
                 t.add_row(vec![
                     rollout.label(),
                     format!("error: {e}"),
+                    String::new(),
                     String::new(),
                     String::new(),
                     reference.clone(),

@@ -137,14 +137,14 @@ pub fn default_rows(ttl: Duration, refresh: Duration, wait: Duration) -> Vec<(Ro
                 mode: classic,
                 strategy: Strategy::Kill,
             },
-            "~ rate/N x (TTL + R) per instance".to_owned(),
+            "every request until the cache holds the new ones (<= TTL + R)".to_owned(),
         ),
         (
             Rollout {
                 mode: Mode::Gangway,
                 strategy: Strategy::Kill,
             },
-            "the requests in flight".to_owned(),
+            "the requests in flight (rate x in-flight time)".to_owned(),
         ),
         (
             Rollout {

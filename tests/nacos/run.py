@@ -525,8 +525,9 @@ class Wrapped:
         root = tempfile.mkdtemp(prefix="www-", dir=scratch)
         with open(os.path.join(root, "ping"), "w") as f:
             f.write("pong")
+        # --linger: python's http.server cuts off in-flight requests at SIGTERM.
         argv = [GANGWAY, "run", "--json", "--service", service, "--port", str(self.port),
-                "--registry", f"127.0.0.1:{server.port + 1000}", "--",
+                "--registry", f"127.0.0.1:{server.port + 1000}", "--linger", "500ms", "--",
                 sys.executable, "-m", "http.server", str(self.port), "--bind", "127.0.0.1",
                 "--directory", root]
         self.events = []

@@ -19,6 +19,10 @@ use tokio::time::Instant;
 /// The consumer measures the registry and the wrapper alone: no retry, no ejection.
 const NO_RETRY: &[&str] = &["--no-retry", "--no-ejection"];
 
+/// python's http.server dies at SIGTERM with its requests in flight; those sent just before the
+/// last ack need a moment (it answers in milliseconds; 500 ms covers a loaded machine).
+const LINGER: &[&str] = &["--linger", "500ms"];
+
 /// A `gangway run` process wrapping `python3 -m http.server`, its JSON events read from stderr.
 struct Wrapper {
     child: Child,
@@ -28,8 +32,8 @@ struct Wrapper {
     python: i32,
     /// The `/ready` endpoint's address, from the `readiness` event.
     readiness: Option<String>,
-    /// Serves the `ping` file.
-    _dir: tempfile::TempDir,
+    /// Serves the `ping` and `health` files.
+    dir: tempfile::TempDir,
 }
 
 fn free_port() -> u16 {
@@ -45,9 +49,13 @@ impl Wrapper {
     }
 
     async fn start_cmd(grpc: &str, flags: &[&str], delay_start: Option<&str>) -> Wrapper {
+        Self::start_on(grpc, flags, delay_start, free_port()).await
+    }
+
+    async fn start_on(grpc: &str, flags: &[&str], delay_start: Option<&str>, port: u16) -> Wrapper {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("ping"), "pong").unwrap();
-        let port = free_port();
+        std::fs::write(dir.path().join("health"), "ok").unwrap();
         let port_s = port.to_string();
         let dir_s = dir.path().to_str().unwrap().to_owned();
         let mut args: Vec<String> = ["run", "--json", "--service", "demo", "--port", &port_s]
@@ -83,10 +91,11 @@ impl Wrapper {
         // Python logs every request on the same stderr: keep reading, keep the events.
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if v.get("event").is_some() {
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) if v.get("event").is_some() => {
                         let _ = tx.send(v);
                     }
+                    _ => {}
                 }
             }
         });
@@ -96,7 +105,7 @@ impl Wrapper {
             port,
             python: 0,
             readiness: None,
-            _dir: dir,
+            dir,
         };
         if flags.contains(&"--readiness-port") {
             let e = w.event("readiness").await;
@@ -105,6 +114,23 @@ impl Wrapper {
         let started = w.event("started").await;
         w.python = started["pid"].as_i64().unwrap() as i32;
         w
+    }
+
+    /// A wrapper whose check is `GET /health` every 100 ms, fall 2, rise 2.
+    async fn start_with_health_check(grpc: &str) -> Wrapper {
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}/health");
+        let flags = [
+            "--ready",
+            url.as_str(),
+            "--probe-interval",
+            "100ms",
+            "--fall",
+            "2",
+            "--rise",
+            "2",
+        ];
+        Self::start_on(grpc, &flags, None, port).await
     }
 
     fn addr(&self) -> String {
@@ -186,7 +212,7 @@ async fn rolling_restart_of_three_python_children_loses_nothing() {
     let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
     let mut wrappers = Vec::new();
     for _ in 0..3 {
-        let mut w = Wrapper::start(&server.grpc, &[]).await;
+        let mut w = Wrapper::start(&server.grpc, LINGER).await;
         w.event("ready").await;
         wrappers.push(w);
     }
@@ -196,7 +222,7 @@ async fn rolling_restart_of_three_python_children_loses_nothing() {
     let mut steps = Vec::new();
     for _ in 0..3 {
         // Surge first: the new one counts once every subscriber acked it, then the old drains.
-        let mut fresh = Wrapper::start(&server.grpc, &[]).await;
+        let mut fresh = Wrapper::start(&server.grpc, LINGER).await;
         let ready = fresh.event("ready").await;
         let mut old = wrappers.remove(0);
         old.signal(Signal::SIGTERM);
@@ -300,7 +326,7 @@ async fn wrapper_sigkill_removes_the_instance_within_a_second() {
     w.event("ready").await;
     let addr = w.addr();
     let listed = addresses(&server.get("/v1/services/demo/instances?all=true").await);
-    assert_eq!(listed, [addr.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&addr));
     w.signal(Signal::SIGKILL);
     let killed = Instant::now();
     let gone = poll(Duration::from_secs(5), || async {
@@ -518,4 +544,27 @@ async fn warm_up_ramps_a_new_instances_share_then_gives_it_all() {
         "share after the window: {late:.3}"
     );
     println!("warm-up 3 s: share {early:.3} in its first 1.2 s, {late:.3} after the window");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_failing_its_checks_leaves_the_registry_and_comes_back_after_rise() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let mut w = Wrapper::start_with_health_check(&server.grpc).await;
+    w.event("ready").await;
+    let addr = w.addr();
+    let listed = || async {
+        addresses(&server.get("/v1/services/demo/instances?all=true").await).contains(&addr)
+    };
+    assert!(listed().await);
+    // /health answers 404 from now on: after --fall 2 failed checks the instance leaves.
+    std::fs::remove_file(w.dir.path().join("health")).unwrap();
+    let unhealthy = w.event("unhealthy").await;
+    assert_eq!(unhealthy["deregistered"], true, "{unhealthy}");
+    assert!(!listed().await, "deregistered while unhealthy");
+    // Healthy again: after --rise 2 passed checks it is registered again and acked.
+    std::fs::write(w.dir.path().join("health"), "ok").unwrap();
+    w.event("registered").await;
+    w.event("ready").await;
+    assert!(listed().await, "back after rise");
 }

@@ -39,10 +39,17 @@ impl Events {
 
     /// Writes one step: `event` and its fields.
     pub fn emit(&self, event: &str, fields: &[(&str, Value)]) {
-        let now = Instant::now();
+        let line = self.render(event, fields, Instant::now());
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{line}");
+        let _ = err.flush();
+    }
+
+    /// The line for one step at `now`.
+    fn render(&self, event: &str, fields: &[(&str, Value)], now: Instant) -> String {
         let elapsed_ms = ms(now - self.start);
         let signal = *self.signal.lock().unwrap_or_else(|p| p.into_inner());
-        let line = if self.json {
+        if self.json {
             // Written by hand so that `event` comes first (serde_json's maps sort their keys).
             let mut line = format!(
                 "{{\"event\":{},\"elapsed_ms\":{}",
@@ -73,13 +80,44 @@ impl Events {
                 }
             }
             line
-        };
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{line}");
-        let _ = err.flush();
+        }
     }
 }
 
 fn ms(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn lines_count_from_the_start_then_from_the_signal() {
+        let json = Events::new(true);
+        let text = Events::new(false);
+        tokio::time::advance(std::time::Duration::from_millis(1500)).await;
+        let fields = [("pid", Value::from(42)), ("command", Value::from("a b"))];
+        assert_eq!(
+            json.render("started", &fields, Instant::now()),
+            r#"{"event":"started","elapsed_ms":1500.0,"pid":42,"command":"a b"}"#
+        );
+        assert_eq!(
+            text.render("started", &fields, Instant::now()),
+            "gangway run: [1.500s] started pid=42 command=a b"
+        );
+        json.signalled("SIGTERM");
+        text.signalled("SIGINT");
+        text.signalled("SIGTERM"); // the first signal counts
+        tokio::time::advance(std::time::Duration::from_millis(12)).await;
+        let done = [("complete", Value::from(true))];
+        let line: Value =
+            serde_json::from_str(&json.render("drained", &done, Instant::now())).unwrap();
+        assert_eq!(line["since_signal_ms"], 12.0);
+        assert_eq!(line["elapsed_ms"], 1512.0);
+        assert_eq!(
+            text.render("drained", &done, Instant::now()),
+            "gangway run: [+0.012s after SIGINT] drained complete=true"
+        );
+    }
 }

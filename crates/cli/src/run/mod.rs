@@ -13,8 +13,9 @@
 //!    (with a new warm-up) and waits for the acks again.
 //! 5. On SIGTERM or SIGINT: `/ready` says 503, offline + ack-based drain (`--drain-timeout`,
 //!    forced: the process leaves even as the last instance), then the `--on-drain` hook (run by
-//!    `sh -c`, at most `--on-drain-timeout`), then SIGTERM to the child's process group and
-//!    SIGKILL after `--grace`; exits with the child's code. Further signals change nothing.
+//!    `sh -c`, at most `--on-drain-timeout`), then `--linger` (for programs that cut off
+//!    in-flight requests on SIGTERM), then SIGTERM to the child's process group and SIGKILL
+//!    after `--grace`; exits with the child's code. Further signals change nothing.
 //! 6. The child exiting by itself: deregister at once, exit with its code (128 + signal when a
 //!    signal ended it).
 //!
@@ -41,8 +42,8 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::args::{parse_meta, parse_name, parse_period, parse_weight};
-use crate::error::{EXIT_FAILURE, EXIT_USAGE};
+use crate::args::{parse_duration, parse_meta, parse_name, parse_period, parse_weight};
+use crate::error::{CliError, EXIT_FAILURE};
 use crate::instance_env::parse_port;
 
 mod child;
@@ -153,6 +154,12 @@ pub struct RunArgs {
     /// Longest wait for --on-drain; it is killed after this.
     #[arg(long, default_value = "30s", value_parser = parse_period, value_name = "DURATION")]
     pub on_drain_timeout: Duration,
+    /// After the drain and the hook, wait this long before signalling the program: requests
+    /// sent before the last consumer's ack may still be in flight, and a program that does not
+    /// finish them on SIGTERM (python's http.server) would cut them off. Set it to your longest
+    /// request time for such programs; graceful ones need none.
+    #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    pub linger: Duration,
     /// Time between SIGTERM and SIGKILL to the child.
     #[arg(long, default_value = "10s", value_parser = parse_period, value_name = "DURATION")]
     pub grace: Duration,
@@ -236,16 +243,12 @@ impl Plan {
 /// Runs `gangway run`; `json` (the global `--json`) writes the steps as JSON lines.
 ///
 /// # Errors
-/// Only what prevents the wrapper from starting at all (no signal handler, the readiness port
-/// taken, the program not found); everything later is a logged step and an exit status.
+/// [`CliError::Usage`] naming every bad argument at once; what prevents the wrapper from
+/// starting at all (no signal handler, the readiness port taken, the program not found).
+/// Everything later is a logged step and an exit status.
 pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let plan = match Plan::new(args) {
-        Ok(plan) => plan,
-        Err(problems) => {
-            eprintln!("error: {}", problems.join("; "));
-            return Ok(ExitCode::from(EXIT_USAGE));
-        }
-    };
+    // Bad arguments go out as every other command's: one line, exit 2.
+    let plan = Plan::new(args).map_err(|problems| CliError::Usage(problems.join("; ")))?;
     let events = Arc::new(Events::new(json));
     // Handlers first: a signal during start-up must reach the drain logic, not kill us.
     let mut term = signal(SignalKind::terminate())?;
@@ -440,6 +443,10 @@ async fn lifecycle(
             }
             if let Some(hook) = &args.on_drain {
                 on_drain(hook, args.on_drain_timeout, events).await;
+            }
+            if !args.linger.is_zero() {
+                events.emit("linger", &[("ms", (args.linger.as_millis() as u64).into())]);
+                tokio::time::sleep(args.linger).await;
             }
             stop_child(child, args, events, Some(&client)).await
         }

@@ -416,41 +416,54 @@ async fn lifecycle(
         End::Signal(name) => {
             events.signalled(name);
             readiness.set(ReadyState::Draining);
-            // 5. Drain, hook, stop.
-            if let Some(r) = registration.take() {
-                match r.drain(args.drain_timeout, true).await {
-                    Ok(report) => events.emit(
-                        "drained",
-                        &[
-                            ("revision", report.revision.into()),
-                            ("waited_ms", (report.waited.as_millis() as u64).into()),
-                            ("complete", report.complete.into()),
-                            ("acked", report.acked.len().into()),
-                            (
-                                "laggards",
-                                Value::from(
-                                    report
-                                        .laggards
-                                        .iter()
-                                        .map(|l| format!("{}@{}", l.id, l.address))
-                                        .collect::<Vec<_>>(),
-                                ),
-                            ),
-                        ],
-                    ),
-                    Err(e) => events.emit("drain-failed", &[("error", e.to_string().into())]),
-                }
-            }
-            if let Some(hook) = &args.on_drain {
-                on_drain(hook, args.on_drain_timeout, events).await;
-            }
-            if !args.linger.is_zero() {
-                events.emit("linger", &[("ms", (args.linger.as_millis() as u64).into())]);
-                tokio::time::sleep(args.linger).await;
-            }
-            stop_child(child, args, events, Some(&client)).await
+            shut_down(registration, args, events, child, &client).await
         }
     }
+}
+
+/// Step 5, after a stop signal: drain (forced: the process leaves even as the last instance),
+/// the `--on-drain` hook, `--linger`, then the program's stop; its exit code.
+async fn shut_down(
+    registration: Option<Arc<Registration>>,
+    args: &RunArgs,
+    events: &Events,
+    child: &mut Child,
+    client: &Client,
+) -> u8 {
+    if let Some(r) = registration {
+        match r.drain(args.drain_timeout, true).await {
+            Ok(report) => events.emit(
+                "drained",
+                &[
+                    ("revision", report.revision.into()),
+                    ("waited_ms", (report.waited.as_millis() as u64).into()),
+                    ("complete", report.complete.into()),
+                    ("acked", report.acked.len().into()),
+                    ("laggards", laggards(&report)),
+                ],
+            ),
+            Err(e) => events.emit("drain-failed", &[("error", e.to_string().into())]),
+        }
+    }
+    if let Some(hook) = &args.on_drain {
+        on_drain(hook, args.on_drain_timeout, events).await;
+    }
+    if !args.linger.is_zero() {
+        events.emit("linger", &[("ms", (args.linger.as_millis() as u64).into())]);
+        tokio::time::sleep(args.linger).await;
+    }
+    stop_child(child, args, events, Some(client)).await
+}
+
+/// The laggards of a drain or readiness report, as `id@address`.
+fn laggards(report: &ReadyReport) -> Value {
+    Value::from(
+        report
+            .laggards
+            .iter()
+            .map(|l| format!("{}@{}", l.id, l.address))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Registers the instance (with warm-up metadata when asked); logs the outcome.
@@ -502,19 +515,7 @@ fn spawn_ack_wait(
         loop {
             match registration.ready(timeout).await {
                 Ok(report) if report.complete => return report,
-                Ok(report) => events.emit(
-                    "acks-pending",
-                    &[(
-                        "laggards",
-                        Value::from(
-                            report
-                                .laggards
-                                .iter()
-                                .map(|l| format!("{}@{}", l.id, l.address))
-                                .collect::<Vec<_>>(),
-                        ),
-                    )],
-                ),
+                Ok(report) => events.emit("acks-pending", &[("laggards", laggards(&report))]),
                 Err(e) => events.emit("acks-refused", &[("error", e.to_string().into())]),
             }
             tokio::time::sleep(ACK_RETRY).await;

@@ -241,7 +241,10 @@ def gangway_run_pod(registry, scratch, pod_spec, container, marks):
     wrapper = [a.replace("127.0.0.1:8080", f"127.0.0.1:{port}") for a in wrapper]
     wrapper[wrapper.index("--readiness-port") + 1] = str(ready_port)
     wrapper[wrapper.index("--on-drain") + 1] = f"echo on-drain >> {marks}"
-    app = ["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", root]
+    # HTTP/1.1 keep-alive: with HTTP/1.0's connection per request and a listen backlog of 5, a
+    # loaded machine drops SYNs, and each costs a 1 s retransmission (a timeout of the stand-in).
+    app = ["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", root,
+           "--protocol", "HTTP/1.1"]
     # The stand-in cuts off its in-flight requests at SIGTERM (the JVM app of the manifest
     # finishes them): give them a moment after the drain.
     wrapper += ["--linger", "500ms"]

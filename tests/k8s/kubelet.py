@@ -135,14 +135,19 @@ class Proc:
         return out
 
     def kill_tree(self):
-        """SIGKILL to its process group (a "container") or to it alone."""
-        try:
-            if self.new_session:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            elif self.proc.poll() is None:
-                self.proc.kill()
-        except ProcessLookupError:
-            pass
+        """SIGKILL to its process group (a "container") or to it alone, and to the process groups
+        of the programs `gangway run` started (its `started` events): in a container they would
+        die with its PID namespace; here they are groups of their own."""
+        groups = [e["pid"] for _, e in self.events() if e["event"] == "started"]
+        if self.new_session:
+            groups.append(self.proc.pid)
+        for pgid in groups:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
         self.proc.wait()
 
 
@@ -207,10 +212,7 @@ def kubelet_terminate(pod_spec, container, proc, env):
     steps["exited"] = time.monotonic()
     steps["exit_code"] = proc.proc.returncode
     # The container's other processes go with it.
-    try:
-        os.killpg(proc.proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    proc.kill_tree()
     return steps
 
 

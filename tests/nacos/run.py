@@ -550,10 +550,13 @@ class Wrapped:
         raise Failed(f"no {name!r} event from gangway run: {self.events[-5:]}")
 
     def kill(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL to the wrapper and to the program's own process group (from `started`)."""
+        groups = [self.proc.pid] + [e["pid"] for e in list(self.events) if e["event"] == "started"]
+        for pgid in groups:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait()
 
 

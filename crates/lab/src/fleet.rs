@@ -270,13 +270,21 @@ impl Instance {
                 args.push(s("--no-register"));
                 let mut proc = Proc::spawn_stderr(exe, &args)?;
                 let started = proc.line("{\"event\":\"started\"", STARTUP).await?;
-                let child_pid = json_field(&started, "pid").and_then(|p| p.as_i64());
-                proc.line("{\"event\":\"ready\"", STARTUP).await?;
-                Ok(Self {
+                let child_pid = json_field(&started, "pid")
+                    .and_then(|p| p.as_i64())
+                    .and_then(|p| i32::try_from(p).ok());
+                let mut instance = Self {
                     proc,
                     addr: format!("127.0.0.1:{port}"),
-                    child_pid: child_pid.and_then(|p| i32::try_from(p).ok()),
-                })
+                    child_pid,
+                };
+                // Never ready: the wrapped program is in a process group of its own, so it
+                // would outlive the wrapper's kill-on-drop.
+                if let Err(e) = instance.proc.line("{\"event\":\"ready\"", STARTUP).await {
+                    instance.kill().await;
+                    return Err(e);
+                }
+                Ok(instance)
             }
         }
     }

@@ -20,7 +20,9 @@ mod args;
 mod commands;
 mod demo;
 mod error;
+mod instance_env;
 mod output;
+mod run;
 mod server;
 mod sse;
 
@@ -89,12 +91,15 @@ enum Command {
     Watch(watch::WatchArgs),
     /// Take an instance out of rotation; with --wait, drain it (Kubernetes preStop).
     Offline(drain::OfflineArgs),
-    /// Put an instance back into rotation.
+    /// Put an instance back into rotation; with --wait, until every subscriber acked it.
     Online(drain::OnlineArgs),
     /// Offline an instance and wait until every subscriber acked it (= offline --wait).
     Drain(drain::DrainArgs),
     /// Show a service's subscribers and the revision each has acked.
     Subscribers(list::SubscribersArgs),
+    /// Run a program with the whole lifecycle: ready-gated registration, ack readiness, drain on
+    /// SIGTERM, then the program's stop (docs/kubernetes.md).
+    Run(run::RunArgs),
     /// Benchmark gangway side by side with rnacos and etcd (docs/benchmarks.md).
     Bench(gangway_bench::BenchPassthrough),
 }
@@ -176,6 +181,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 EXIT_FAILURE
             }));
         }
+        Command::Run(a) => return run::run(a, cli.json).await,
         Command::Lab(a) => {
             let a = match a.parse() {
                 Ok(a) => a,
@@ -208,6 +214,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::DemoService(_)
         | Command::DemoClient(_)
         | Command::Lab(_)
+        | Command::Run(_)
         | Command::Bench(_) => {
             unreachable!("handled above")
         }

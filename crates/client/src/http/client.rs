@@ -142,6 +142,9 @@ impl HttpClient {
 
     fn check(config: &HttpConfig) -> Result<(), crate::Error> {
         let mut problems = config.retry.problems();
+        if let Some(w) = &config.warm_up {
+            problems.extend(w.problems());
+        }
         if let Some(Err(crate::Error::InvalidConfig { problems: more })) =
             config.outlier.as_ref().map(|o| o.validate())
         {

@@ -65,6 +65,7 @@ impl Target {
             .outlier
             .as_ref()
             .is_some_and(|o| o.check == RecoveryCheck::TcpConnect);
+        let balancer = config.balancer.build_with(config.warm_up)?;
         Ok(Arc::new_cyclic(|weak: &std::sync::Weak<Target>| {
             let weak = weak.clone();
             let mut rx = views.clone();
@@ -92,7 +93,7 @@ impl Target {
             })
             .abort_handle();
             Target {
-                balancer: config.balancer.build(),
+                balancer,
                 budget: RetryBudget::new(&config.retry),
                 detector,
                 views,

@@ -24,7 +24,8 @@ use crate::error::CliError;
 #[derive(Debug, Clone, Args)]
 pub struct EnvInstanceArgs {
     /// Service name [env: GANGWAY_SERVICE].
-    #[arg(value_name = "SERVICE", env = "GANGWAY_SERVICE", hide_env = true)]
+    // Checked as every SERVICE is: `.` and `..` would be resolved out of the URL.
+    #[arg(value_name = "SERVICE", env = "GANGWAY_SERVICE", hide_env = true, value_parser = crate::args::parse_name)]
     pub service: Option<String>,
     /// Instance address: 10.0.0.5:8080, [fd00::5]:8080 or host.example:8080 (default: --ip and
     /// --port).

@@ -94,6 +94,8 @@ enum Command {
     Subscribers(list::SubscribersArgs),
     /// Benchmark gangway side by side with rnacos and etcd (docs/benchmarks.md).
     Bench(gangway_bench::BenchPassthrough),
+    /// Local HTTP proxy with the consumer pipeline, for programs in any language (docs/proxy.md).
+    Proxy(gangway_proxy::ProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -116,6 +118,7 @@ fn main() -> ExitCode {
     // `gangway server --log` sets the filter; RUST_LOG overrides it; other commands log warnings.
     let default_filter = match &cli.command {
         Command::Server(a) => a.log.clone(),
+        Command::Proxy(a) => a.log.clone(),
         _ => "warn".to_owned(),
     };
     tracing_subscriber::fmt()
@@ -154,6 +157,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::DemoService(a) => {
             return demo::service::run(a)
+                .await
+                .map(|()| ExitCode::from(EXIT_OK));
+        }
+        Command::Proxy(a) => {
+            return gangway_proxy::run(a.options())
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
@@ -204,7 +212,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::DemoService(_)
         | Command::DemoClient(_)
         | Command::Lab(_)
-        | Command::Bench(_) => {
+        | Command::Bench(_)
+        | Command::Proxy(_) => {
             unreachable!("handled above")
         }
     };

@@ -38,6 +38,10 @@ use crate::naming;
 
 /// Response header with the number of attempts the answer took (1 = no retry).
 pub const ATTEMPTS_HEADER: &str = "x-gangway-attempts";
+/// Answers whose `Content-Length` is at most this are read whole before their head is sent,
+/// so head and body leave in one write (a streamed small body costs a second write and a
+/// second wake-up of the client); larger or chunked answers stream: 64 KiB.
+pub const BUFFERED_ANSWER: u64 = 64 * 1024;
 
 /// The body of every answer: an instance's, streamed, or the proxy's own JSON.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -258,7 +262,13 @@ impl Proxy {
             .await
             .map_err(fail)?;
         match route.http.send_streaming(request).await {
-            Ok(answer) => Ok((route.clone(), into_response(answer))),
+            Ok(answer) => match into_response(answer).await {
+                Ok(response) => Ok((route.clone(), response)),
+                Err(reason) => Err(fail(ProxyError::UpstreamFailed {
+                    service: route.key.clone(),
+                    reason,
+                })),
+            },
             Err(e) => Err(fail(self.request_error(&route, e))),
         }
     }
@@ -418,15 +428,38 @@ where
     })
 }
 
-fn into_response(answer: StreamingResponse) -> Response<ProxyBody> {
+/// The answer for the client; a small body is read first (see [`BUFFERED_ANSWER`]).
+///
+/// # Errors
+/// The transport's message when a small body broke off (the head is not sent yet, so the
+/// client gets a 502 instead of a truncated answer).
+async fn into_response(answer: StreamingResponse) -> Result<Response<ProxyBody>, String> {
     let attempts = answer.attempts;
-    let mut response = Response::new(answer.body.boxed_unsync());
+    let small = answer
+        .body
+        .size_hint()
+        .exact()
+        .is_some_and(|n| n <= BUFFERED_ANSWER);
+    let body = if small {
+        let bytes = answer
+            .body
+            .collect()
+            .await
+            .map_err(|e| format!("the answer's body broke off: {e}"))?
+            .to_bytes();
+        http_body_util::Full::new(bytes)
+            .map_err(|never| match never {})
+            .boxed_unsync()
+    } else {
+        answer.body.boxed_unsync()
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = answer.status;
     let mut headers = answer.headers;
     strip_hop_by_hop(&mut headers);
     headers.insert(ATTEMPTS_HEADER, HeaderValue::from(attempts));
     *response.headers_mut() = headers;
-    response
+    Ok(response)
 }
 
 /// Removes the hop-by-hop fields: those `Connection` names, then the fixed set.

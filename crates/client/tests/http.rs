@@ -196,13 +196,16 @@ async fn attempts_are_counted_per_instance_and_the_state_shows_ejections_and_bud
     outlier.consecutive_failures = 2;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = AttemptMetrics::register(&mut registry);
+    let ejections = gangway_client::outlier::OutlierMetrics::register(&mut registry);
     let (http, _tx) = client(
         &[&dead, &live],
         HttpConfig::default().with_outlier(Some(outlier)),
     );
-    let http = http.with_attempt_metrics(metrics.clone());
-    assert!(http.state("svc").is_some(), "from_views services are known");
-    assert!(http.state("other").is_none());
+    // Set after from_views: the pipeline is built on first use, so both count.
+    let http = http
+        .with_attempt_metrics(metrics.clone())
+        .with_outlier_metrics(ejections);
+    assert!(http.state("svc").is_none(), "built on first use");
     for _ in 0..6 {
         assert_eq!(http.get("http://svc/x").await.unwrap().status, 200);
     }
@@ -213,6 +216,7 @@ async fn attempts_are_counted_per_instance_and_the_state_shows_ejections_and_bud
         2,
         "two connect failures, then ejected"
     );
+    assert!(http.state("other").is_none());
     let state = http.state("svc").unwrap();
     assert_eq!(state.view.revision, 1);
     assert_eq!(state.ejected.len(), 1);
@@ -229,6 +233,12 @@ async fn attempts_are_counted_per_instance_and_the_state_shows_ejections_and_bud
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     assert!(
         text.contains("gangway_http_attempts_total{service=\"public/DEFAULT_GROUP/svc\""),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "gangway_outlier_ejections_total{service=\"public/DEFAULT_GROUP/svc\",reason=\"consecutive\"} 1"
+        ),
         "{text}"
     );
     assert_eq!(http.states().len(), 1);

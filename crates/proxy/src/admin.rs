@@ -309,3 +309,6 @@ async fn ready(State(s): State<AdminState>) -> (StatusCode, &'static str) {
         (StatusCode::OK, "ready")
     }
 }
+
+#[cfg(test)]
+mod tests;

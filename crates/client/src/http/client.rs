@@ -141,7 +141,11 @@ pub struct HttpClient {
     /// Held while a service is first used (subscribe + wait for its first view), so two
     /// requests never subscribe twice; requests to services in use never wait for it.
     resolving: Arc<tokio::sync::Mutex<()>>,
+    /// The view channels of [`from_views`](Self::from_views), by service name.
+    views: Arc<HashMap<String, ViewSource>>,
 }
+
+type ViewSource = (ServiceKey, tokio::sync::watch::Receiver<Arc<View>>);
 
 impl std::fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -171,12 +175,15 @@ impl HttpClient {
             attempt_metrics: None,
             targets: Arc::default(),
             resolving: Arc::default(),
+            views: Arc::default(),
         })
     }
 
     /// A client over views that come from elsewhere (for example a poller of another
     /// registry, or a fixed list in tests): `views` maps each service name to its view channel.
-    /// URLs naming other services fail with [`RequestError::Resolve`].
+    /// URLs naming other services fail with [`RequestError::Resolve`]. Each service's pipeline
+    /// is built on its first request, as with a registry, so metrics set afterwards with
+    /// [`with_outlier_metrics`](Self::with_outlier_metrics) count it.
     ///
     /// # Errors
     /// As [`HttpClient::new`].
@@ -188,18 +195,18 @@ impl HttpClient {
         config: HttpConfig,
     ) -> Result<Self, crate::Error> {
         Self::check(&config)?;
-        let mut targets = HashMap::new();
-        for (key, rx) in views {
-            let target = Target::new(key.clone(), rx, None, &config, None)?;
-            targets.insert(key.service, target);
-        }
+        let views = views
+            .into_iter()
+            .map(|(key, rx)| (key.service.clone(), (key, rx)))
+            .collect();
         Ok(Self {
             registry: None,
             config,
             metrics: None,
             attempt_metrics: None,
-            targets: Arc::new(RwLock::new(targets)),
+            targets: Arc::default(),
             resolving: Arc::default(),
+            views: Arc::new(views),
         })
     }
 
@@ -415,10 +422,20 @@ impl HttpClient {
             service: service.to_owned(),
             source,
         };
-        let registry = self
-            .registry
-            .as_ref()
-            .ok_or_else(|| resolve(crate::Error::Closed))?;
+        let Some(registry) = self.registry.as_ref() else {
+            let (key, rx) = self
+                .views
+                .get(service)
+                .cloned()
+                .ok_or_else(|| resolve(crate::Error::Closed))?;
+            let target =
+                Target::new(key, rx, None, &self.config, self.metrics.as_ref()).map_err(resolve)?;
+            self.targets
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(service.to_owned(), target.clone());
+            return Ok(target);
+        };
         let mut subscription = registry.subscribe(key).await.map_err(resolve)?;
         // A first request should not fail only because the first push is on its way.
         let _ = subscription

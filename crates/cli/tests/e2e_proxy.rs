@@ -6,8 +6,8 @@
 //! (b) one instance answers 500: ejected by the error-rate rule of docs/client.md;
 //! (c) rolling restart with drains (`gangway drain`, then demo-service SIGTERM): 0 failed, and
 //!     the drain lists the proxy among the subscribers that acked.
-//! Then SIGHUP with a bad and a good config file, and SIGTERM of the proxy with a request in
-//! flight. Prints the failure table.
+//! Then a full `SERVICE.GROUP.NAMESPACE` host, SIGHUP with a bad and a good config file, and
+//! SIGTERM of the proxy with a request in flight. Prints the failure table.
 
 mod cluster;
 
@@ -395,6 +395,7 @@ async fn rolling_restart(stack: &Stack) -> Outcome {
         out.failed, 0,
         "a drained instance must cost nothing: {report}"
     );
+    full_name(stack).await;
     drop(new);
     out
 }
@@ -431,6 +432,32 @@ async fn command(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// `roll.DEFAULT_GROUP.public` reaches the same service as `roll` (the same route), while
+/// `roll`'s new instances run. reqwest sends the host lower-cased (`default_group`), as many
+/// clients do; the proxy reads it as the default group.
+async fn full_name(stack: &Stack) {
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{}", stack.listen)).unwrap())
+        .build()
+        .unwrap();
+    let answer = client
+        .get("http://roll.DEFAULT_GROUP.public/ping")
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    let text = answer.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let routed = stack.admin("/services").await;
+    let rolls = routed["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["service"]["name"] == "roll")
+        .count();
+    assert_eq!(rolls, 1, "{routed}");
 }
 
 async fn reloads(stack: &mut Stack) {

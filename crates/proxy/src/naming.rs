@@ -5,6 +5,11 @@
 //! ignored. Missing parts come from the config's defaults. A service whose name holds dots
 //! (`com.example.Orders`) is reached through an alias: a `[services.orders]` table with
 //! `service = "com.example.Orders"` (see [`Routing::route`](crate::config::Routing::route)).
+//!
+//! Many HTTP clients lower-case host names (they are case-insensitive in DNS), while registry
+//! names are not: a group or namespace part that equals the default one but for case is read
+//! as the default (`orders.default_group` is `DEFAULT_GROUP`); other upper-case names need an
+//! alias table.
 
 use gangway_core::model::ServiceKey;
 use http::uri::Authority;
@@ -40,8 +45,8 @@ pub fn service_key(host: &str, namespace: &str, group: &str) -> Result<ServiceKe
     let parts: Vec<&str> = host.split('.').collect();
     let (service, group, namespace) = match parts.as_slice() {
         [s] => (*s, group, namespace),
-        [s, g] => (*s, *g, namespace),
-        [s, g, n] => (*s, *g, *n),
+        [s, g] => (*s, same_or(g, group), namespace),
+        [s, g, n] => (*s, same_or(g, group), same_or(n, namespace)),
         _ => {
             return Err(format!(
                 "host {host:?} has {} dot-separated parts; expected SERVICE, SERVICE.GROUP or \
@@ -61,6 +66,15 @@ pub fn service_key(host: &str, namespace: &str, group: &str) -> Result<ServiceKe
     Ok(ServiceKey::new(namespace, group, service))
 }
 
+/// `default` when `part` is it but for ASCII case, else `part`.
+fn same_or<'a>(part: &'a str, default: &'a str) -> &'a str {
+    if part.eq_ignore_ascii_case(default) {
+        default
+    } else {
+        part
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +92,26 @@ mod tests {
         assert_eq!(
             service_key("orders.shop.prod", "public", "DEFAULT_GROUP").unwrap(),
             ServiceKey::new("prod", "shop", "orders")
+        );
+    }
+
+    #[test]
+    fn a_lower_cased_default_group_or_namespace_is_the_default() {
+        // reqwest, browsers and the url crate send `Host: orders.default_group.public`.
+        assert_eq!(
+            service_key("orders.default_group.PUBLIC", "public", "DEFAULT_GROUP").unwrap(),
+            ServiceKey::new("public", "DEFAULT_GROUP", "orders")
+        );
+        assert_eq!(
+            service_key("orders.shop", "public", "SHOP").unwrap().group,
+            "SHOP"
+        );
+        assert_eq!(
+            service_key("orders.other", "public", "DEFAULT_GROUP")
+                .unwrap()
+                .group,
+            "other",
+            "other names keep their case"
         );
     }
 

@@ -39,8 +39,8 @@ pub struct ProxyArgs {
     /// Log filter (`RUST_LOG` overrides).
     #[arg(long, default_value = "info")]
     pub log: String,
-    /// Runtime worker threads [default: one per core]. On a host shared with its clients
-    /// and instances, 1 avoids cross-thread wake-ups (docs/proxy.md, measured overhead).
+    /// Runtime worker threads [default: one per core]; docs/proxy.md measures 1 against the
+    /// default.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: Option<u16>,
 }

@@ -189,6 +189,9 @@ pub enum Workload {
     Scale,
     /// Persistent registrations with sync to disk before the acknowledgement.
     Durable,
+    /// `gangway proxy` beside HAProxy on 3 instances: added latency, throughput (not in `all`;
+    /// see [`crate::proxy`]).
+    Proxy,
     /// Every workload in turn.
     All,
 }
@@ -213,6 +216,7 @@ impl Workload {
             Workload::Churn => "churn",
             Workload::Scale => "scale",
             Workload::Durable => "durable",
+            Workload::Proxy => "proxy",
             Workload::All => "all",
         }
     }
@@ -236,7 +240,7 @@ impl Workload {
             (Workload::Durable, Gangway) => vec!["rest-persistent"],
             (Workload::Durable, Rnacos) => vec!["nacos-http-persistent"],
             (Workload::Durable, Etcd) => vec!["put"],
-            (Workload::All, _) => vec![],
+            (Workload::All | Workload::Proxy, _) => vec![],
         }
     }
 
@@ -333,7 +337,9 @@ impl Workload {
                     "gangway: REST, ephemeral=false (redb, fsync before the answer); rnacos: v1 HTTP ephemeral=false (Raft log); etcd: put without lease (WAL fsync).".into(),
                 ],
             ),
-            Workload::All => unreachable!("all is run workload by workload"),
+            Workload::All | Workload::Proxy => {
+                unreachable!("all is run workload by workload; proxy builds its own table")
+            }
         };
         Table {
             workload: self.name().into(),
@@ -348,6 +354,9 @@ impl Workload {
 
     /// Runs this workload against every system of `ctx` and returns its table.
     pub async fn run(self, ctx: &Ctx) -> Table {
+        if self == Workload::Proxy {
+            return crate::proxy::run(ctx).await;
+        }
         let mut table = self.table(&ctx.params);
         for &system in &ctx.systems {
             // A fresh server per driver: what one driver leaves behind (expiring leases,
@@ -375,7 +384,7 @@ impl Workload {
                     Workload::Churn => churn(ctx, &server, d).await,
                     Workload::Scale => scale(ctx, &server, d).await,
                     Workload::Durable => durable(ctx, &server, d).await,
-                    Workload::All => Ok(vec![]),
+                    Workload::All | Workload::Proxy => Ok(vec![]),
                 };
                 match result {
                     Ok(rows) => table.rows.extend(rows),

@@ -102,6 +102,8 @@ enum Command {
     Run(run::RunArgs),
     /// Benchmark gangway side by side with rnacos and etcd (docs/benchmarks.md).
     Bench(gangway_bench::BenchPassthrough),
+    /// Local HTTP proxy with the consumer pipeline, for programs in any language (docs/proxy.md).
+    Proxy(gangway_proxy::ProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -124,6 +126,7 @@ fn main() -> ExitCode {
     // `gangway server --log` sets the filter; RUST_LOG overrides it; other commands log warnings.
     let default_filter = match &cli.command {
         Command::Server(a) => a.log.clone(),
+        Command::Proxy(a) => a.log.clone(),
         _ => "warn".to_owned(),
     };
     tracing_subscriber::fmt()
@@ -134,10 +137,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Proxy(gangway_proxy::ProxyArgs {
+        threads: Some(n), ..
+    }) = &cli.command
     {
+        builder.worker_threads(usize::from(*n));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -163,6 +170,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::DemoService(a) => {
             return demo::service::run(a)
+                .await
+                .map(|()| ExitCode::from(EXIT_OK));
+        }
+        Command::Proxy(a) => {
+            return gangway_proxy::run(a.options())
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
@@ -215,7 +227,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::DemoClient(_)
         | Command::Lab(_)
         | Command::Run(_)
-        | Command::Bench(_) => {
+        | Command::Bench(_)
+        | Command::Proxy(_) => {
             unreachable!("handled above")
         }
     };

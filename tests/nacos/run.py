@@ -518,6 +518,95 @@ def one_registry(server, scratch):
         consumer.kill()
 
 
+class Wrapped:
+    """`gangway run` around `python3 -m http.server` (serving a `ping` file), JSON events on stderr."""
+
+    def __init__(self, server, scratch, service):
+        self.port = _free_port()
+        root = tempfile.mkdtemp(prefix="www-", dir=scratch)
+        with open(os.path.join(root, "ping"), "w") as f:
+            f.write("pong")
+        # --linger: python's http.server cuts off in-flight requests at SIGTERM.
+        argv = [GANGWAY, "run", "--json", "--service", service, "--port", str(self.port),
+                "--registry", f"127.0.0.1:{server.port + 1000}", "--linger", "500ms", "--",
+                sys.executable, "-m", "http.server", str(self.port), "--bind", "127.0.0.1",
+                "--directory", root]
+        self.events = []
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            if line.startswith('{"event"'):
+                self.events.append(json.loads(line))
+
+    def wait_event(self, name, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for e in list(self.events):
+                if e["event"] == name:
+                    return e
+            time.sleep(0.02)
+        raise Failed(f"no {name!r} event from gangway run: {self.events[-5:]}")
+
+    def kill(self):
+        """SIGKILL to the wrapper and to the program's own process group (from `started`)."""
+        groups = [self.proc.pid] + [e["pid"] for e in list(self.events) if e["event"] == "started"]
+        for pgid in groups:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def python_consumer_gangway_run_rollout(server, scratch):
+    """Python SDK consumer at 60 req/s; 3 `gangway run` python http.server instances rolled: 0 failed."""
+    svc = "py-roll"
+    wrapped = []
+    consumer = None
+    try:
+        for _ in range(3):
+            w = Wrapped(server, scratch, svc)
+            w.wait_event("ready")
+            wrapped.append(w)
+        consumer = python_child(server, scratch, "load", server.addr, svc, "60", "8")
+        consumer.wait_line(lambda l: l == "READY")
+        time.sleep(1)  # load runs before the rollout (workload timing)
+        steps = []
+        for _ in range(3):
+            fresh = Wrapped(server, scratch, svc)
+            ready = fresh.wait_event("ready")
+            old = wrapped.pop(0)
+            # The other wrapper's process group leader is the wrapper itself.
+            os.kill(old.proc.pid, signal.SIGTERM)
+            drained = old.wait_event("drained")
+            old.proc.wait(15)
+            steps.append((ready["acked"], drained["waited_ms"], drained["complete"]))
+            wrapped.append(fresh)
+        _, line = consumer.wait_line(lambda l: l.startswith('{"sent"'), timeout=30)
+        summary = json.loads(line)
+        print(f"    rollout steps (acked by, drain ms, complete): {steps}")
+        check(all(c for _, _, c in steps), f"every drain complete: {steps}")
+        check(all(a >= 1 for a, _, _ in steps), f"every new instance acked by the Python consumer: {steps}")
+        print(f"    Python consumer: {summary['failed']} of {summary['sent']} failed")
+        check(summary["sent"] == 480 and summary["failed"] == 0, f"summary: {summary}")
+    finally:
+        for w in wrapped:
+            w.kill()
+        if consumer:
+            consumer.kill()
+
+
 def server_stop_with_clients(server, scratch):
     """SIGTERM of a server with a Nacos gRPC client connected: it resets the connection and exits."""
     own = tempfile.mkdtemp(prefix="stop-", dir=scratch)
@@ -545,6 +634,7 @@ SCENARIOS = [
     python_sigstop,
     cross_protocol_drain,
     one_registry,
+    python_consumer_gangway_run_rollout,
     rust_sdk,
     v1_malformed,
     server_stop_with_clients,

@@ -25,6 +25,7 @@ use clap::{Args, Parser};
 
 pub mod drivers;
 pub mod load;
+pub mod proxy;
 pub mod report;
 pub mod stats;
 pub mod system;

@@ -196,6 +196,9 @@ pub enum Workload {
     /// One service growing to 20,000 instances over one connection: cost per registration by
     /// size.
     BigService,
+    /// `gangway proxy` beside HAProxy on 3 instances: added latency, throughput (not in `all`;
+    /// see [`crate::proxy`]).
+    Proxy,
     /// Every workload in turn.
     All,
 }
@@ -222,6 +225,7 @@ impl Workload {
             Workload::Scale => "scale",
             Workload::Durable => "durable",
             Workload::BigService => "big-service",
+            Workload::Proxy => "proxy",
             Workload::All => "all",
         }
     }
@@ -248,7 +252,7 @@ impl Workload {
             (Workload::BigService, Gangway) => vec!["rest", "nacos-http"],
             (Workload::BigService, Rnacos) => vec!["nacos-http"],
             (Workload::BigService, Etcd) => vec!["put"],
-            (Workload::All, _) => vec![],
+            (Workload::All | Workload::Proxy, _) => vec![],
         }
     }
 
@@ -362,7 +366,9 @@ impl Workload {
                     "largest ÷ smallest: the cost of a registration in the biggest service over that in the smallest (1 is flat).".into(),
                 ],
             ),
-            Workload::All => unreachable!("all is run workload by workload"),
+            Workload::All | Workload::Proxy => {
+                unreachable!("all is run workload by workload; proxy builds its own table")
+            }
         };
         Table {
             workload: self.name().into(),
@@ -377,6 +383,9 @@ impl Workload {
 
     /// Runs this workload against every system of `ctx` and returns its table.
     pub async fn run(self, ctx: &Ctx) -> Table {
+        if self == Workload::Proxy {
+            return crate::proxy::run(ctx).await;
+        }
         let mut table = self.table(&ctx.params);
         for &system in &ctx.systems {
             // A fresh server per driver: what one driver leaves behind (expiring leases,
@@ -405,7 +414,7 @@ impl Workload {
                     Workload::Scale => scale(ctx, &server, d).await,
                     Workload::Durable => durable(ctx, &server, d).await,
                     Workload::BigService => big_service(ctx, &server, d).await,
-                    Workload::All => Ok(vec![]),
+                    Workload::All | Workload::Proxy => Ok(vec![]),
                 };
                 match result {
                     Ok(rows) => table.rows.extend(rows),

@@ -273,6 +273,15 @@ pub struct DrainRequest {
     pub force: bool,
 }
 
+/// Body of `POST .../online` that waits for readiness (the mirror of [`DrainRequest`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OnlineWaitRequest {
+    /// Always true: answer with a readiness report once every subscriber acked.
+    pub wait: bool,
+    /// How long to wait for acks, ms.
+    pub timeout_ms: u64,
+}
+
 /// Answer of drain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrainReport {
@@ -467,6 +476,26 @@ impl Registry {
             .post(self.instance_url(inst, "/online"))
             .query(&instance_query(inst));
         self.send(req, CALL_TIMEOUT).await
+    }
+
+    /// `POST .../instances/{addr}/online` with `{"wait": true}`: online, then wait until every
+    /// live subscriber acked a revision holding the instance; answers a [`DrainReport`] whose
+    /// revision is that revision. The call may take up to `timeout` plus [`DRAIN_GRACE`].
+    pub async fn online_wait(
+        &self,
+        inst: &InstanceArgs,
+        timeout: Duration,
+    ) -> Result<Reply<DrainReport>, ApiError> {
+        let body = OnlineWaitRequest {
+            wait: true,
+            timeout_ms: millis(timeout),
+        };
+        let req = self
+            .http
+            .post(self.instance_url(inst, "/online"))
+            .query(&instance_query(inst))
+            .json(&body);
+        self.send(req, timeout.saturating_add(DRAIN_GRACE)).await
     }
 
     /// `POST .../instances/{addr}/drain`; the call may take up to `timeout` plus [`DRAIN_GRACE`].

@@ -20,7 +20,9 @@ mod args;
 mod commands;
 mod demo;
 mod error;
+mod instance_env;
 mod output;
+mod run;
 mod server;
 mod sse;
 
@@ -89,14 +91,19 @@ enum Command {
     Watch(watch::WatchArgs),
     /// Take an instance out of rotation; with --wait, drain it (Kubernetes preStop).
     Offline(drain::OfflineArgs),
-    /// Put an instance back into rotation.
+    /// Put an instance back into rotation; with --wait, until every subscriber acked it.
     Online(drain::OnlineArgs),
     /// Offline an instance and wait until every subscriber acked it (= offline --wait).
     Drain(drain::DrainArgs),
     /// Show a service's subscribers and the revision each has acked.
     Subscribers(list::SubscribersArgs),
+    /// Run a program with the whole lifecycle: ready-gated registration, ack readiness, drain on
+    /// SIGTERM, then the program's stop (docs/kubernetes.md).
+    Run(run::RunArgs),
     /// Benchmark gangway side by side with rnacos and etcd (docs/benchmarks.md).
     Bench(gangway_bench::BenchPassthrough),
+    /// Local HTTP proxy with the consumer pipeline, for programs in any language (docs/proxy.md).
+    Proxy(gangway_proxy::ProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -119,6 +126,7 @@ fn main() -> ExitCode {
     // `gangway server --log` sets the filter; RUST_LOG overrides it; other commands log warnings.
     let default_filter = match &cli.command {
         Command::Server(a) => a.log.clone(),
+        Command::Proxy(a) => a.log.clone(),
         _ => "warn".to_owned(),
     };
     tracing_subscriber::fmt()
@@ -129,10 +137,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Proxy(gangway_proxy::ProxyArgs {
+        threads: Some(n), ..
+    }) = &cli.command
     {
+        builder.worker_threads(usize::from(*n));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -161,6 +173,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
+        Command::Proxy(a) => {
+            return gangway_proxy::run(a.options())
+                .await
+                .map(|()| ExitCode::from(EXIT_OK));
+        }
         Command::Bench(a) => {
             let a = match a.parse() {
                 Ok(a) => a,
@@ -176,6 +193,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 EXIT_FAILURE
             }));
         }
+        Command::Run(a) => return run::run(a, cli.json).await,
         Command::Lab(a) => {
             let a = match a.parse() {
                 Ok(a) => a,
@@ -208,7 +226,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::DemoService(_)
         | Command::DemoClient(_)
         | Command::Lab(_)
-        | Command::Bench(_) => {
+        | Command::Run(_)
+        | Command::Bench(_)
+        | Command::Proxy(_) => {
             unreachable!("handled above")
         }
     };

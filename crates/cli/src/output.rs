@@ -202,9 +202,20 @@ pub fn snapshot_line(at: SystemTime, v: &View) -> String {
 
 /// `gangway drain` / `offline --wait`: summary, subscribers table (acked and lagging), notes.
 pub fn drain(addr: &str, service: &str, r: &DrainReport) -> String {
+    ack_report("drain", addr, service, r)
+}
+
+/// `gangway online --wait`: the same layout as [`drain`], for the revision that holds the
+/// instance.
+pub fn ready(addr: &str, service: &str, r: &DrainReport) -> String {
+    ack_report("readiness", addr, service, r)
+}
+
+/// `{what} of ADDR in SERVICE complete|TIMED OUT: ...`, the subscribers table, the notes.
+fn ack_report(what: &str, addr: &str, service: &str, r: &DrainReport) -> String {
     let verdict = if r.complete { "complete" } else { "TIMED OUT" };
     let mut out = format!(
-        "drain of {addr} in {service} {verdict}: waited {} ms for revision {}; {} acked, {} lagging",
+        "{what} of {addr} in {service} {verdict}: waited {} ms for revision {}; {} acked, {} lagging",
         r.waited_ms,
         r.revision,
         r.acked.len(),

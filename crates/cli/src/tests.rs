@@ -138,7 +138,7 @@ fn bad_arguments_are_value_errors_naming_the_argument() {
         ),
         (
             &["drain", "orders", "10.0.0.5:0"][..],
-            "'<IP:PORT>': port: must be 1-65535, got 0",
+            "'[IP:PORT]': port: must be 1-65535, got 0",
         ),
         (
             &["register", "orders", "1.2.3.4:80", "-m", "nokey"][..],
@@ -177,7 +177,10 @@ fn drain_timeout_defaults_to_30s_and_offline_timeout_needs_wait() {
     };
     assert_eq!(args.timeout, std::time::Duration::from_secs(30));
     assert!(!args.force);
-    assert_eq!(args.instance.addr.to_string(), "[::1]:80");
+    assert_eq!(
+        args.instance.resolve().unwrap().addr.to_string(),
+        "[::1]:80"
+    );
 
     let err = parse(&["offline", "orders", "1.2.3.4:80", "--timeout", "5"]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::MissingRequiredArgument);

@@ -439,6 +439,127 @@ async fn offline_wait_exits_0_when_complete_and_plain_offline_does_not_drain() {
 }
 
 #[tokio::test]
+async fn the_instance_may_come_from_the_environment_as_a_prestop_hook_has_it() {
+    let fake = Fake::start(vec![json(
+        "POST",
+        "/v1/services/orders/instances/10.0.0.5:80/drain",
+        200,
+        drain_report(true),
+    )])
+    .await;
+    let env = [
+        ("GANGWAY_SERVICE", "orders"),
+        ("GANGWAY_IP", "10.0.0.5"),
+        ("GANGWAY_PORT", "80"),
+        ("GANGWAY_CLUSTER", "c1"),
+    ];
+    // The plain argv of a preStop hook: no address, no shell.
+    let out = fake.run_with_env(&["offline", "--wait"], &env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = &fake.requests()[0];
+    assert_eq!(
+        sent.uri,
+        "/v1/services/orders/instances/10.0.0.5:80/drain?cluster=c1"
+    );
+    // What Kubernetes leaves in a hook's argv: refused, naming the argument, nothing sent.
+    let out = fake
+        .run_with_env(&["offline", "orders", "$(POD_IP):8080", "--wait"], &[])
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("'[IP:PORT]'"), "{}", stderr(&out));
+    // Nothing at all: every missing part named on one line.
+    let out = fake.run_with_env(&["offline", "--wait"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: SERVICE: missing (give it, or set GANGWAY_SERVICE); IP:PORT: missing (give it \
+         after SERVICE, or set --ip (GANGWAY_IP) and --port (GANGWAY_PORT))\n"
+    );
+    // A Kubernetes service link in GANGWAY_PORT is explained.
+    let out = fake
+        .run_with_env(
+            &["offline", "--wait"],
+            &[
+                ("GANGWAY_SERVICE", "orders"),
+                ("GANGWAY_IP", "10.0.0.5"),
+                ("GANGWAY_PORT", "tcp://10.96.0.12:8848"),
+            ],
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("enableServiceLinks: false"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(fake.requests().len(), 1, "the refused calls sent nothing");
+}
+
+#[tokio::test]
+async fn online_wait_mirrors_offline_wait_report_and_exit_codes() {
+    const ONLINE: &str = "/v1/services/orders/instances/10.0.0.5:80/online";
+    let fake = Fake::start(vec![
+        json("POST", ONLINE, 200, drain_report(false)).times(2),
+        json("POST", ONLINE, 200, drain_report(true)).times(1),
+        error(
+            "POST",
+            ONLINE,
+            409,
+            "conflict",
+            "10.0.0.5:80 of orders is not in the consumer view (unhealthy)",
+            None,
+        ),
+    ])
+    .await;
+    let out = fake
+        .run(&[
+            "online",
+            "orders",
+            "10.0.0.5:80",
+            "--wait",
+            "--timeout",
+            "5",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("readiness of 10.0.0.5:80 in orders TIMED OUT: waited 5003 ms for revision 12; 1 acked, 1 lagging\n"),
+        "{text}"
+    );
+    assert!(text.contains("LAGGING"), "{text}");
+    let body: Value = serde_json::from_str(&fake.requests()[0].body).unwrap();
+    assert_eq!(body, json!({"wait": true, "timeout_ms": 5000}));
+    // --json: the raw report, same exit status.
+    let out = fake
+        .run(&["online", "orders", "10.0.0.5:80", "--wait", "--json"])
+        .await;
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        drain_report(false)
+    );
+    let out = fake
+        .run(&["online", "orders", "10.0.0.5:80", "--wait"])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains(" complete: waited 5003 ms"));
+    let out = fake
+        .run(&["online", "orders", "10.0.0.5:80", "--wait"])
+        .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("not in the consumer view"),
+        "{}",
+        stderr(&out)
+    );
+    let out = fake
+        .run(&["online", "orders", "10.0.0.5:80", "--timeout", "5"])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "--timeout needs --wait");
+}
+
+#[tokio::test]
 async fn refusing_to_drain_the_last_instance_exits_1() {
     let fake = Fake::start(vec![error(
         "POST",

@@ -76,6 +76,11 @@ pub struct DrainReport {
     pub notes: Vec<String>,
 }
 
+/// Outcome of an ack-based readiness wait ([`Registration::ready`]): the fields of a
+/// [`DrainReport`], where `revision` is the first revision whose consumer view holds the
+/// instance and `complete` says every live subscriber acked it (or a later one) in time.
+pub type ReadyReport = DrainReport;
+
 /// One subscriber's ack state in a [`DrainReport`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -317,6 +322,32 @@ impl Registration {
             force,
         };
         let reply = self.client.request(request, "drain", timeout).await?;
+        Ok(crate::wire::drain_from_pb(reply.drain.unwrap_or_default()))
+    }
+
+    /// Ack-based readiness (DESIGN §4, the mirror of [`drain`](Self::drain)): waits until every
+    /// live subscriber of the service has acked a revision whose consumer view holds this
+    /// instance, at most `timeout` (millisecond resolution; zero takes the registry's drain
+    /// timeout, and then the call may time out client-side after `request_timeout`). Only then
+    /// does traffic really reach the instance: a rollout should move on after this, not after
+    /// the registration.
+    ///
+    /// Waits up to `timeout + request_timeout`. Subscribers that never ack (frozen, partitioned)
+    /// make it return at the timeout with [`ReadyReport::complete`] false and them among the
+    /// [`ReadyReport::laggards`]; that is not an error. If the session is lost meanwhile the
+    /// request is sent again on the next session, after the registration was restored.
+    ///
+    /// # Errors
+    /// [`Error::Rejected`] with code `conflict` when the instance is not in the consumer view
+    /// (offline, unhealthy, weight 0) or `not_found` when the registry does not know it;
+    /// [`Error::Timeout`], [`Error::Closed`].
+    pub async fn ready(&self, timeout: Duration) -> Result<ReadyReport, Error> {
+        let request = Request::WaitReady {
+            service: self.service.clone(),
+            instance: self.instance.clone(),
+            timeout,
+        };
+        let reply = self.client.request(request, "ready", timeout).await?;
         Ok(crate::wire::drain_from_pb(reply.drain.unwrap_or_default()))
     }
 }

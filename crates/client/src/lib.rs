@@ -3,7 +3,8 @@
 //! One [`Client`] holds one session stream to the registry. Through it a process
 //! - registers its instances ([`Client::register`]); they live as long as the session, are
 //!   restored after every reconnect, and leave through [`Registration::deregister`] or an
-//!   ack-based [`Registration::drain`];
+//!   ack-based [`Registration::drain`]; [`Registration::ready`] tells when every consumer has
+//!   learnt of it;
 //! - subscribes to services ([`Client::subscribe`]): pushes (with a pull fallback every
 //!   [`ClientConfig::refresh`]) feed a `tokio::sync::watch` channel of
 //!   [`View`](gangway_core::view::View)s; each applied snapshot is acked so drains know who has
@@ -53,7 +54,7 @@ mod subscription;
 pub mod tower;
 mod wire;
 
-pub use client::{Client, DrainReport, Registration, SessionInfo, SubscriberAck};
+pub use client::{Client, DrainReport, ReadyReport, Registration, SessionInfo, SubscriberAck};
 pub use config::{
     ClientConfig, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_REFRESH,

@@ -59,6 +59,11 @@ pub(crate) enum Request {
         timeout: Duration,
         force: bool,
     },
+    WaitReady {
+        service: ServiceKey,
+        instance: InstanceKey,
+        timeout: Duration,
+    },
 }
 
 /// What a registration sends, kept to re-send it after a reconnect.
@@ -99,6 +104,9 @@ enum PendingOp {
     Drain {
         reply: oneshot::Sender<Result<pb::Reply, Error>>,
     },
+    WaitReady {
+        reply: oneshot::Sender<Result<pb::Reply, Error>>,
+    },
     /// A first subscribe; its waiters are in the [`SubEntry`].
     Subscribe {
         service: ServiceKey,
@@ -123,7 +131,8 @@ impl PendingOp {
         match self {
             PendingOp::Register { reply, .. }
             | PendingOp::Deregister { reply }
-            | PendingOp::Drain { reply } => reply.is_closed(),
+            | PendingOp::Drain { reply }
+            | PendingOp::WaitReady { reply } => reply.is_closed(),
             _ => false,
         }
     }
@@ -387,6 +396,18 @@ impl Worker {
                     self.registrations.remove(&(service, instance));
                     self.issue(message, PendingOp::Drain { reply });
                 }
+                Request::WaitReady {
+                    service,
+                    instance,
+                    timeout,
+                } => {
+                    let message = Out::WaitReady(pb::WaitReady {
+                        service: Some(wire::service_to_pb(&service)),
+                        instance: Some(wire::instance_key_to_pb(&instance)),
+                        timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                    });
+                    self.issue(message, PendingOp::WaitReady { reply });
+                }
             },
             Command::Subscribe { service, reply } => self.subscribe(service, reply),
             Command::Unsubscribe { service } => self.release(&service, 1),
@@ -613,7 +634,9 @@ impl Worker {
                     let _ = tx.send(Err(e));
                 }
             },
-            PendingOp::Deregister { reply: tx } | PendingOp::Drain { reply: tx } => {
+            PendingOp::Deregister { reply: tx }
+            | PendingOp::Drain { reply: tx }
+            | PendingOp::WaitReady { reply: tx } => {
                 let _ = tx.send(wire::check_reply(reply));
             }
             PendingOp::Subscribe { service } => self.subscribed(&service, wire::check_reply(reply)),

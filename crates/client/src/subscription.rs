@@ -9,7 +9,7 @@ use gangway_core::view::View;
 use tokio::sync::{mpsc, watch};
 
 use crate::Error;
-use crate::balance::{Balancer, RoundRobin};
+use crate::balance::{Balancer, RoundRobin, WarmUp};
 use crate::session::Command;
 
 /// The live view of one service, fed by registry pushes and the pull fallback.
@@ -68,11 +68,12 @@ impl Subscription {
             }),
             service,
             rx,
-            balancer: Arc::new(RoundRobin::new()),
+            balancer: Arc::new(WarmUp::with_default_curve(RoundRobin::new())),
         }
     }
 
-    /// Replaces the balancer used by [`pick`](Self::pick) (default [`RoundRobin`]).
+    /// Replaces the balancer used by [`pick`](Self::pick) (default [`RoundRobin`] inside
+    /// [`WarmUp`] with its default curve). Wrap yours in [`WarmUp`] to keep warm-up.
     pub fn with_balancer(mut self, balancer: impl Balancer + 'static) -> Self {
         self.balancer = Arc::new(balancer);
         self

@@ -183,3 +183,107 @@ async fn bad_urls_unknown_services_and_empty_views_are_clear_errors() {
     let bad = HttpConfig::default().with_retry(RetryConfig::default().with_max_attempts(0));
     assert!(HttpClient::from_views(vec![], bad).is_err());
 }
+
+#[tokio::test]
+async fn attempts_are_counted_per_instance_and_the_state_shows_ejections_and_budget() {
+    use gangway_client::http::AttemptMetrics;
+    use gangway_client::outlier::{EjectionReason, Outcome};
+
+    let hits = Arc::new(AtomicUsize::new(0));
+    let live = backend(200, hits.clone()).await;
+    let dead = dead_port().await;
+    let mut outlier = OutlierConfig::default().with_max_ejection_ratio(0.5);
+    outlier.consecutive_failures = 2;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = AttemptMetrics::register(&mut registry);
+    let ejections = gangway_client::outlier::OutlierMetrics::register(&mut registry);
+    let (http, _tx) = client(
+        &[&dead, &live],
+        HttpConfig::default().with_outlier(Some(outlier)),
+    );
+    // Set after from_views: the pipeline is built on first use, so both count.
+    let http = http
+        .with_attempt_metrics(metrics.clone())
+        .with_outlier_metrics(ejections);
+    assert!(http.state("svc").is_none(), "built on first use");
+    for _ in 0..6 {
+        assert_eq!(http.get("http://svc/x").await.unwrap().status, 200);
+    }
+    let service = ServiceKey::named("svc").to_string();
+    assert_eq!(metrics.count(&service, &live, Outcome::Success), 6);
+    assert_eq!(
+        metrics.count(&service, &dead, Outcome::ConnectFailure),
+        2,
+        "two connect failures, then ejected"
+    );
+    assert!(http.state("other").is_none());
+    let state = http.state("svc").unwrap();
+    assert_eq!(state.view.revision, 1);
+    assert_eq!(state.ejected.len(), 1);
+    assert_eq!(state.ejected[0].0, dead);
+    assert_eq!(state.ejected[0].1.reason, EjectionReason::Consecutive);
+    assert_eq!((state.budget.requests, state.budget.retries), (6, 2));
+    assert_eq!(state.budget.refused, 0);
+    assert_eq!(
+        state.pooled,
+        vec![live.clone()],
+        "the ejected instance lost its pool"
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("gangway_http_attempts_total{service=\"public/DEFAULT_GROUP/svc\""),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "gangway_outlier_ejections_total{service=\"public/DEFAULT_GROUP/svc\",reason=\"consecutive\"} 1"
+        ),
+        "{text}"
+    );
+    assert_eq!(http.states().len(), 1);
+}
+
+#[tokio::test]
+async fn a_streamed_answer_returns_its_head_before_the_body_ends() {
+    use http_body_util::BodyExt;
+    use tokio::sync::mpsc;
+
+    // The backend's body is fed by the test: the second chunk only once the head was seen.
+    let (chunks_tx, chunks_rx) = mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+    let chunks = Arc::new(std::sync::Mutex::new(Some(chunks_rx)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app =
+        Router::new().route(
+            "/x",
+            get(move || {
+                let rx = chunks.lock().unwrap().take().expect("one request");
+                async move {
+                    axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+                }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let key = InstanceKey::new("127.0.0.1", port, "");
+    let (http, _tx) = client(&[&key], HttpConfig::default());
+    chunks_tx
+        .send(Ok(bytes::Bytes::from_static(b"first ")))
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        http.send_streaming(HttpRequest::new(http::Method::GET, "http://svc/x")),
+    )
+    .await
+    .expect("the head came before the body's end")
+    .unwrap();
+    assert_eq!((answer.status.as_u16(), answer.attempts), (200, 1));
+    chunks_tx
+        .send(Ok(bytes::Bytes::from_static(b"second")))
+        .await
+        .unwrap();
+    drop(chunks_tx);
+    let body = answer.body.collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"first second");
+}

@@ -737,3 +737,83 @@ async fn go_away_reconnects_at_once_with_the_same_client_id_and_keeps_the_views(
     );
     assert_eq!(sub.view().revision, 7, "still kept until the next snapshot");
 }
+
+#[tokio::test]
+async fn ready_waits_for_the_registrys_wait_ready_and_is_resent_after_a_reconnect() {
+    let (addr, mut conns) = start_fake().await;
+    let (client, mut c1) = connected(&mut conns, config(&addr)).await;
+    let registering = tokio::spawn({
+        let client = client.clone();
+        async move { client.register(orders(), me(), 1.0, BTreeMap::new()).await }
+    });
+    let m = c1.recv().await;
+    c1.ok(m.request_id, 4);
+    let registration = timeout(WAIT, registering).await.unwrap().unwrap().unwrap();
+    let registration = std::sync::Arc::new(registration);
+
+    // Refused: the instance is not in the consumer view.
+    let waiting = tokio::spawn({
+        let r = registration.clone();
+        async move { r.ready(Duration::from_secs(2)).await }
+    });
+    let m = c1.recv().await;
+    let Some(Out::WaitReady(w)) = &m.kind else {
+        panic!("expected WaitReady, got {m:?}")
+    };
+    assert_eq!(w.timeout_ms, 2000);
+    assert_eq!(w.instance.as_ref().map(|i| i.port), Some(8080));
+    c1.reply(pb::Reply {
+        request_id: m.request_id,
+        error_code: "conflict".into(),
+        error_message: "not in the consumer view".into(),
+        ..Default::default()
+    });
+    let err = timeout(WAIT, waiting).await.unwrap().unwrap().unwrap_err();
+    assert_eq!(err.code(), Some("conflict"));
+
+    // Accepted, but the stream drops before the answer: re-sent after the re-registration.
+    let waiting = tokio::spawn({
+        let r = registration.clone();
+        async move { r.ready(Duration::from_millis(1500)).await }
+    });
+    let m = c1.recv().await;
+    assert!(matches!(m.kind, Some(Out::WaitReady(_))), "{m:?}");
+    drop(c1);
+    let mut c2 = next_conn(&mut conns).await;
+    assert!(matches!(c2.recv().await.kind, Some(Out::Hello(_))));
+    c2.welcome("s-2", "boot-1");
+    let restore = c2.recv().await;
+    assert!(
+        matches!(restore.kind, Some(Out::Register(_))),
+        "{restore:?}"
+    );
+    c2.ok(restore.request_id, 6);
+    let resent = c2.recv().await;
+    let Some(Out::WaitReady(w)) = &resent.kind else {
+        panic!("expected the WaitReady again, got {resent:?}")
+    };
+    assert_eq!(w.timeout_ms, 1500);
+    c2.reply(pb::Reply {
+        request_id: resent.request_id,
+        drain: Some(pb::DrainResult {
+            revision: 6,
+            waited_ms: 40,
+            complete: true,
+            acked: vec![pb::SubscriberAck {
+                id: "s-9".into(),
+                address: "127.0.0.1:7000".into(),
+                acked_revision: 6,
+            }],
+            laggards: vec![],
+            notes: vec![],
+        }),
+        ..Default::default()
+    });
+    let report = timeout(WAIT, waiting).await.unwrap().unwrap().unwrap();
+    assert!(report.complete);
+    assert_eq!(
+        (report.revision, report.waited),
+        (6, Duration::from_millis(40))
+    );
+    assert_eq!(report.acked[0].acked_revision, 6);
+}

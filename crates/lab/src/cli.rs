@@ -17,6 +17,12 @@ pub enum Suite {
     Default,
     /// How the registry sees an instance go (sessions, probes, protect threshold, restart).
     Liveness,
+    /// A rolling restart of N instances (default 10) per strategy: kill, deregister + sleep,
+    /// gangway run; failed requests and total rollout time.
+    Rollout,
+    /// An instance joining cold (503 or slow at first): registered at once, ready-gated,
+    /// ready-gated + warm-up; failed requests and latency during the join.
+    ColdStart,
 }
 
 /// How the instance leaves (`--scenario`).
@@ -85,7 +91,7 @@ impl LabPassthrough {
 /// Flags of `gangway lab`. Durations take `500ms`, `2.8s`, `1m`; a bare number is seconds.
 #[derive(Debug, Clone, Args)]
 pub struct LabArgs {
-    /// `default` (the four tables) or `liveness`.
+    /// `default` (the four tables), `liveness`, `rollout` or `cold-start`.
     #[arg(value_enum, default_value = "default")]
     pub suite: Suite,
     /// Run one configuration instead of a suite: how the instance leaves (with --registry,
@@ -110,9 +116,21 @@ pub struct LabArgs {
     /// A short suite for CI: one or two rows per table, 4 s of load, action at 1.4 s.
     #[arg(long)]
     pub quick: bool,
-    /// Instances N.
-    #[arg(long, default_value_t = 3)]
-    pub instances: usize,
+    /// Instances N [default: 3; rollout: 10].
+    #[arg(long)]
+    pub instances: Option<usize>,
+    /// rollout: the fixed wait W of the deregister + sleep strategy.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub sleep: Duration,
+    /// cold-start: how long the joining instance is cold.
+    #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    pub cold: Duration,
+    /// cold-start: extra latency of a slow cold instance at its start (shrinks to 0).
+    #[arg(long, default_value = "600ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub cold_latency: Duration,
+    /// cold-start: the warm-up window of the warm-up rows.
+    #[arg(long, default_value = "4s", value_parser = parse_duration, value_name = "DURATION")]
+    pub warmup: Duration,
     /// Requests per second, open loop.
     #[arg(long, default_value_t = 60.0)]
     pub rate: f64,
@@ -168,7 +186,11 @@ impl LabArgs {
     /// Scenario parameters from the flags (`--quick` shortens the run).
     pub fn params(&self, exe: PathBuf) -> Params {
         let mut p = Params::new(exe);
-        p.instances = self.instances;
+        p.instances = self.instances.unwrap_or(match self.suite {
+            Suite::Rollout if self.quick => 3,
+            Suite::Rollout => 10,
+            _ => 3,
+        });
         p.rate = self.rate;
         p.duration = self.duration;
         p.action_at = self.action_at;
@@ -217,12 +239,22 @@ impl LabArgs {
 /// # Errors
 /// Bad flag combinations; the JSON or SVG file cannot be written.
 pub async fn run(args: LabArgs, exe: PathBuf) -> anyhow::Result<bool> {
-    anyhow::ensure!(args.instances >= 2, "--instances must be at least 2");
     anyhow::ensure!(
         args.rate > 0.0 && args.rate.is_finite(),
         "--rate must be above 0"
     );
     let params = args.params(exe.clone());
+    anyhow::ensure!(params.instances >= 2, "--instances must be at least 2");
+    if matches!(args.suite, Suite::Rollout | Suite::ColdStart) {
+        anyhow::ensure!(
+            args.scenario.is_none(),
+            "--scenario belongs to the default suite"
+        );
+        return match args.suite {
+            Suite::Rollout => run_rollout(&args, params).await,
+            _ => run_cold_start(&args, params).await,
+        };
+    }
     anyhow::ensure!(
         params.action_at < params.duration,
         "--action-at must fall inside --duration"
@@ -278,6 +310,86 @@ pub async fn run(args: LabArgs, exe: PathBuf) -> anyhow::Result<bool> {
         println!("timelines: {}", path.display());
     }
     Ok(results.iter().all(|(_, r)| r.is_ok()))
+}
+
+async fn run_rollout(args: &LabArgs, params: Params) -> anyhow::Result<bool> {
+    let mut rows = crate::rollout::default_rows(args.ttl, args.refresh, args.sleep);
+    if args.quick {
+        rows = vec![rows[1].clone(), rows[3].clone()];
+    }
+    println!(
+        "gangway lab rollout: {} instances replaced one by one (surge first) under {} req/s, \
+         in-flight {}, attempt timeout {}, no retry",
+        params.instances,
+        params.rate,
+        scenario::secs(params.delay),
+        scenario::secs(params.timeout)
+    );
+    let settings = crate::rollout::Settings {
+        params,
+        rows,
+        concurrency: args.concurrency,
+        progress: !args.no_progress,
+    };
+    let results = crate::rollout::run(&settings).await;
+    println!("{}", crate::rollout::render(&settings.rows, &results));
+    if let Some(path) = &args.json {
+        write_results(path, &settings.params, &results)?;
+        println!("\nraw results: {}", path.display());
+    }
+    Ok(results.iter().all(|(_, r)| r.is_ok()))
+}
+
+async fn run_cold_start(args: &LabArgs, mut params: Params) -> anyhow::Result<bool> {
+    let mut rows = crate::cold_start::default_rows();
+    let (mut cold, mut warmup) = (args.cold, args.warmup);
+    if args.quick {
+        rows = vec![rows[0], rows[1], rows[5]];
+        cold = cold.min(Duration::from_millis(1500));
+        warmup = warmup.min(Duration::from_secs(2));
+        params.action_at = Duration::from_millis(1000);
+    }
+    anyhow::ensure!(
+        params.action_at < params.duration,
+        "--action-at must fall inside --duration"
+    );
+    let settings = crate::cold_start::Settings {
+        params,
+        cold,
+        latency: args.cold_latency,
+        warmup,
+        rows,
+        concurrency: args.concurrency,
+    };
+    let results = crate::cold_start::run(&settings).await;
+    println!("{}", crate::cold_start::render(&settings, &results));
+    if let Some(path) = &args.json {
+        write_results(path, &settings.params, &results)?;
+        println!("\nraw results: {}", path.display());
+    }
+    Ok(results.iter().all(|(_, r)| r.is_ok()))
+}
+
+/// Writes `{"params": .., "results": [{"row": .., "result" | "error": ..}]}` to `path`.
+fn write_results<R: serde::Serialize, T: serde::Serialize>(
+    path: &std::path::Path,
+    params: &Params,
+    results: &[(R, Result<T, String>)],
+) -> anyhow::Result<()> {
+    let results: Vec<serde_json::Value> = results
+        .iter()
+        .map(|(row, r)| match r {
+            Ok(r) => serde_json::json!({ "row": row, "result": r }),
+            Err(e) => serde_json::json!({ "row": row, "error": e }),
+        })
+        .collect();
+    let file = std::fs::File::create(path)
+        .map_err(|e| anyhow::anyhow!("create {}: {e}", path.display()))?;
+    serde_json::to_writer(
+        std::io::BufWriter::new(file),
+        &serde_json::json!({ "params": params, "results": results }),
+    )
+    .map_err(|e| anyhow::anyhow!("write {}: {e}", path.display()))
 }
 
 /// Parses a fraction in 0..1 (1 excluded).

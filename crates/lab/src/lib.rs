@@ -7,7 +7,9 @@
 //! **classic** (REST leases with lazy expiry, a consumer that pulls every R: [`classic`]) or
 //! **gangway** (sessions, push with acks). Every request is recorded; [`report`] turns the
 //! results into the suite tables, a JSON file with one record per request, and SVG timelines.
-//! [`suite`] holds the default suite (four tables), [`liveness`] the registry-side suite, and
+//! [`suite`] holds the default suite (four tables), [`liveness`] the registry-side suite,
+//! [`rollout`] rolling restarts by strategy (kill, deregister + sleep, `gangway run`),
+//! [`cold_start`] an instance joining cold (registered at once, ready-gated, with warm-up), and
 //! [`cli`] the `gangway lab` flags. docs/lab.md explains the tables.
 //!
 //! The load generator works with any view source, for example a fixed list:
@@ -40,9 +42,12 @@
 
 pub mod classic;
 pub mod cli;
+pub mod cold_start;
+pub mod fleet;
 pub mod liveness;
 pub mod load;
 pub mod process;
 pub mod report;
+pub mod rollout;
 pub mod scenario;
 pub mod suite;

@@ -107,6 +107,30 @@ pub async fn run_load_at(
     start: Instant,
     on_failure: impl Fn(&RequestRecord) + Send + Sync + 'static,
 ) -> anyhow::Result<LoadReport> {
+    let never = std::future::pending::<()>();
+    run_load_until(
+        http, service, path, views, schedule, start, never, on_failure,
+    )
+    .await
+}
+
+/// [`run_load_at`] that also stops sending once `stop` resolves (for runs whose length is not
+/// known in advance, e.g. a rollout): `schedule.duration` is then the longest it sends. Requests
+/// already sent still get their outcome.
+///
+/// # Errors
+/// As [`run_load_at`].
+#[allow(clippy::too_many_arguments)]
+pub async fn run_load_until(
+    http: &HttpClient,
+    service: &str,
+    path: &str,
+    views: watch::Receiver<Arc<View>>,
+    schedule: Schedule,
+    start: Instant,
+    stop: impl std::future::Future<Output = ()>,
+    on_failure: impl Fn(&RequestRecord) + Send + Sync + 'static,
+) -> anyhow::Result<LoadReport> {
     anyhow::ensure!(
         schedule.rate > 0.0 && schedule.rate.is_finite(),
         "the rate must be above 0, got {}",
@@ -118,9 +142,13 @@ pub async fn run_load_at(
     let changes = tokio::spawn(record_changes(views, start, stopped));
     let on_failure = Arc::new(on_failure);
     let mut tasks = Vec::with_capacity(total);
+    tokio::pin!(stop);
     for index in 0..total {
         let scheduled = schedule.at(index);
-        tokio::time::sleep_until(start + scheduled).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(start + scheduled) => {}
+            () = &mut stop => break,
+        }
         let (http, url, on_failure) = (http.clone(), url.clone(), on_failure.clone());
         // Each request is its own task: a slow answer never holds back the next send.
         tasks.push(tokio::spawn(async move {

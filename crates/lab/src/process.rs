@@ -7,16 +7,20 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
+use tokio::process::{Child, Command};
 
 /// How long a child may take to print its first line.
 pub const STARTUP: Duration = Duration::from_secs(15);
 
-/// A child `gangway` process whose stdout is read line by line. Killed (SIGKILL) on drop.
+/// The stream a [`Proc`]'s lines are read from.
+type Output = Box<dyn AsyncRead + Unpin + Send>;
+
+/// A child `gangway` process whose stdout (or stderr) is read line by line. Killed (SIGKILL) on
+/// drop.
 pub struct Proc {
     child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
+    lines: Lines<BufReader<Output>>,
     pid: i32,
 }
 
@@ -26,19 +30,41 @@ impl Proc {
     /// # Errors
     /// The executable cannot be started.
     pub fn spawn(exe: &Path, args: &[String]) -> anyhow::Result<Self> {
+        Self::start(exe, args, false)
+    }
+
+    /// Starts `exe args...` with **stderr** piped (where `gangway run` logs its steps) and
+    /// stdout discarded, stdin closed.
+    ///
+    /// # Errors
+    /// The executable cannot be started.
+    pub fn spawn_stderr(exe: &Path, args: &[String]) -> anyhow::Result<Self> {
+        Self::start(exe, args, true)
+    }
+
+    fn start(exe: &Path, args: &[String], stderr: bool) -> anyhow::Result<Self> {
+        let (out, err) = if stderr {
+            (Stdio::null(), Stdio::piped())
+        } else {
+            (Stdio::piped(), Stdio::null())
+        };
         let mut child = Command::new(exe)
             .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stdout(out)
+            .stderr(err)
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("cannot start {}", exe.display()))?;
-        let stdout = child.stdout.take().context("child stdout")?;
+        let output: Output = if stderr {
+            Box::new(child.stderr.take().context("child stderr")?)
+        } else {
+            Box::new(child.stdout.take().context("child stdout")?)
+        };
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
         Ok(Self {
             child,
-            lines: BufReader::new(stdout).lines(),
+            lines: BufReader::new(output).lines(),
             pid,
         })
     }

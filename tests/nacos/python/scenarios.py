@@ -3,6 +3,7 @@
     python scenarios.py basic    HTTP_ADDR SERVICE
     python scenarios.py holder   HTTP_ADDR SERVICE IP PORT   # registers, prints READY, waits
     python scenarios.py consumer HTTP_ADDR SERVICE           # subscribes, prints each change
+    python scenarios.py load     HTTP_ADDR SERVICE RATE SECS # GET /ping round robin over the pushed list
 
 `basic` asserts and exits non-zero on the first failure; the others are steered by
 tests/nacos/run.py (signals, timing). Everything printed is one line per event, flushed.
@@ -205,9 +206,52 @@ async def consumer(addr, service):
         await asyncio.sleep(3600)
 
 
+async def load(addr, service, rate, secs):
+    """A Nacos consumer with traffic: subscribes, waits for instances, then sends GET /ping open
+    loop at RATE req/s for SECS seconds, round robin over the last pushed list, no retry; prints
+    READY when it starts sending and one JSON summary at the end."""
+    import concurrent.futures
+    import urllib.error
+
+    ns = await client(addr)
+    current = []
+
+    async def on_change(instances):
+        current[:] = sorted(f"{i.ip}:{i.port}" for i in instances if i.enabled and i.healthy)
+
+    await ns.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+    await until(lambda: asyncio.sleep(0, result=bool(current)), "a first pushed list")
+
+    def fetch(host):
+        try:
+            with urllib.request.urlopen(f"http://{host}/ping", timeout=1) as r:
+                return host, r.status == 200, str(r.status)
+        except urllib.error.HTTPError as e:
+            return host, False, f"HTTP {e.code}"
+        except OSError as e:
+            return host, False, type(e).__name__
+
+    rate, total = float(rate), int(float(rate) * float(secs))
+    loop = asyncio.get_running_loop()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=32)
+    say("READY")
+    start = loop.time()
+    pending = []
+    for i in range(total):
+        await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
+        host = current[i % len(current)] if current else None
+        if host is None:
+            pending.append(asyncio.sleep(0, result=(None, False, "no instance")))
+        else:
+            pending.append(loop.run_in_executor(pool, fetch, host))
+    results = await asyncio.gather(*pending)
+    failures = [{"host": h, "error": e} for h, ok, e in results if not ok]
+    say(json.dumps({"sent": len(results), "failed": len(failures), "failures": failures[:20]}))
+
+
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
-    run = {"basic": basic, "holder": holder, "consumer": consumer}[mode]
+    run = {"basic": basic, "holder": holder, "consumer": consumer, "load": load}[mode]
     asyncio.run(asyncio.wait_for(run(*args), None if mode != "basic" else 120))
 
 

@@ -2,6 +2,13 @@
 //! Registers itself on a session; on SIGTERM runs the lossless sequence (DESIGN §4): drain
 //! (offline + wait for every subscriber's ack), stop accepting, finish in-flight requests, exit.
 //!
+//! With `--no-register` it registers nothing and only serves (and finishes in-flight requests
+//! on SIGTERM): the program for `gangway run` to wrap. `--cold-start D` makes it a cold app:
+//! the port is open at once, but for its first D it answers `/ping` with 503
+//! (`--cold-start-mode unavailable`, and `/health` says 503 too) or slowly (`slow`: an extra
+//! `--cold-start-latency` that shrinks linearly to 0 over D, while `/health` already says ok:
+//! the case a readiness check cannot see, where only warm-up helps).
+//!
 //! With `--lease-ttl` it is a "classic" instance instead (the lab's baseline): registered over
 //! REST with a lease (`--registry-http`), a heartbeat every TTL/3, and on SIGTERM a graceful exit
 //! only (stop accepting, finish in-flight): no drain, no deregistration.
@@ -12,24 +19,30 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-use axum::extract::ConnectInfo;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::extract::State;
-use axum::http::{HeaderValue, header};
+use axum::extract::{ConnectInfo, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use clap::Args;
+use clap::{Args, ValueEnum};
+use gangway_client::tower::{DrainSignal, DrainingLayer};
 use gangway_client::{Client, ClientConfig};
 use gangway_core::model::{InstanceKey, ServiceKey};
+use tokio::time::Instant;
 
 use crate::args::parse_duration;
 
-/// Response header set while the instance drains (DESIGN §4, in-band signal).
-pub const DRAINING_HEADER: &str = "x-gangway-draining";
+/// How a cold demo-service misbehaves during `--cold-start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColdStartMode {
+    /// `/ping` and `/health` answer 503 (still initialising).
+    Unavailable,
+    /// `/ping` answers slowly (caches cold, JIT), `/health` already says ok.
+    Slow,
+}
 
 /// Flags of `gangway demo-service`.
 #[derive(Debug, Args, Clone)]
@@ -63,6 +76,25 @@ pub struct ServiceArgs {
     /// Start failing: GET /ping answers HTTP 500 until `POST /control/heal`.
     #[arg(long)]
     pub fail: bool,
+    /// Register nothing; only serve (the program to wrap in `gangway run`).
+    #[arg(long, conflicts_with_all = ["lease_ttl", "no_drain"])]
+    pub no_register: bool,
+    /// Be a cold app for this long after the start: the port is open, /ping misbehaves as
+    /// --cold-start-mode says.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub cold_start: Option<Duration>,
+    /// What a cold start looks like.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "unavailable",
+        requires = "cold_start"
+    )]
+    pub cold_start_mode: ColdStartMode,
+    /// `slow` cold start: extra latency of the first /ping, shrinking linearly to 0 at the end
+    /// of --cold-start.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION", requires = "cold_start")]
+    pub cold_start_latency: Duration,
     /// Classic mode: register over REST with a lease of this TTL and heartbeat every TTL/3
     /// instead of opening a session; SIGTERM then only exits gracefully (no drain).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", requires = "registry_http")]
@@ -79,28 +111,65 @@ pub struct ServiceArgs {
 struct Demo {
     name: String,
     delay: Duration,
-    draining: Arc<AtomicBool>,
     failing: Arc<AtomicBool>,
+    cold: Option<Cold>,
+}
+
+/// The cold-start settings and the process's start.
+#[derive(Clone, Copy)]
+struct Cold {
+    started: Instant,
+    window: Duration,
+    mode: ColdStartMode,
+    latency: Duration,
+}
+
+impl Cold {
+    /// Time left of the cold start, `None` once it is over.
+    fn left(&self) -> Option<Duration> {
+        let elapsed = self.started.elapsed();
+        (elapsed < self.window).then(|| self.window - elapsed)
+    }
 }
 
 /// GET /ping: after the delay, `{"instance": name, "peer": "ip:port"}` where `peer` is the
 /// caller's end of the TCP connection (so callers can tell connections apart), or HTTP 500
-/// while failing.
+/// while failing; during a cold start HTTP 503 or a slower answer. While draining, the
+/// [`DrainingLayer`] marks the answer.
 async fn ping(State(d): State<Demo>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Response {
-    tokio::time::sleep(d.delay).await;
+    let mut delay = d.delay;
+    if let Some((cold, left)) = d.cold.and_then(|c| c.left().map(|left| (c, left))) {
+        match cold.mode {
+            ColdStartMode::Unavailable => {
+                return (StatusCode::SERVICE_UNAVAILABLE, "cold start").into_response();
+            }
+            ColdStartMode::Slow => {
+                delay += cold
+                    .latency
+                    .mul_f64(left.as_secs_f64() / cold.window.as_secs_f64());
+            }
+        }
+    }
+    // A zero delay must not wait for the timer's next millisecond tick (benchmarks use it).
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let body = Json(serde_json::json!({ "instance": d.name, "peer": peer.to_string() }));
-    let mut response = if d.failing.load(Ordering::Relaxed) {
-        (axum::http::StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+    if d.failing.load(Ordering::Relaxed) {
+        (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
     } else {
         body.into_response()
-    };
-    if d.draining.load(Ordering::Relaxed) {
-        // In-band: a consumer whose ack is late still stops reusing this connection.
-        let headers = response.headers_mut();
-        headers.insert(DRAINING_HEADER, HeaderValue::from_static("1"));
-        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    response
+}
+
+/// GET /health: 503 during an `unavailable` cold start, else 200.
+async fn health(State(d): State<Demo>) -> Response {
+    match d.cold {
+        Some(c) if c.mode == ColdStartMode::Unavailable && c.left().is_some() => {
+            (StatusCode::SERVICE_UNAVAILABLE, "cold start").into_response()
+        }
+        _ => "ok".into_response(),
+    }
 }
 
 /// POST /control/fail: GET /ping answers HTTP 500 from now on.
@@ -128,18 +197,30 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
     let demo = Demo {
         name: name.clone(),
         delay: args.delay,
-        draining: Arc::new(AtomicBool::new(false)),
         failing: Arc::new(AtomicBool::new(args.fail)),
+        cold: args.cold_start.map(|window| Cold {
+            started: Instant::now(),
+            window,
+            mode: args.cold_start_mode,
+            latency: args.cold_start_latency,
+        }),
     };
+    let draining = DrainSignal::new();
     let app = Router::new()
         .route("/ping", get(ping))
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(health))
         .route("/control/fail", post(control_fail))
         .route("/control/heal", post(control_heal))
-        .with_state(demo.clone());
+        .with_state(demo.clone())
+        // In-band: a consumer whose ack is late still stops reusing this instance.
+        .layer(DrainingLayer::new(draining.clone()));
 
     if let (Some(ttl), Some(http)) = (args.lease_ttl, args.registry_http.clone()) {
         return run_classic(args, ttl, &http, listener, app, name).await;
+    }
+    if args.no_register {
+        println!("ready name={name} addr={addr}");
+        return serve_until_signal(listener, app, &draining).await;
     }
     let client = Client::connect(
         ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}")),
@@ -176,7 +257,7 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
-    demo.draining.store(true, Ordering::Relaxed);
+    draining.start();
     if !args.no_drain {
         // Forced: the process is leaving anyway; being the last instance does not change that.
         match registration.drain(args.drain_timeout, true).await {
@@ -194,6 +275,35 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
     let _ = stop_tx.send(());
     server.await.context("server task")?.context("serve")?;
     client.close();
+    println!("stopped in_flight=0");
+    Ok(())
+}
+
+/// `--no-register`: serve until SIGTERM/SIGINT, then mark answers draining, stop accepting,
+/// finish in-flight requests and exit.
+async fn serve_until_signal(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    draining: &DrainSignal,
+) -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let shutdown = {
+        let draining = draining.clone();
+        async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            draining.start();
+        }
+    };
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .context("serve")?;
     println!("stopped in_flight=0");
     Ok(())
 }

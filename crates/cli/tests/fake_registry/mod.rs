@@ -146,18 +146,36 @@ impl Fake {
     pub async fn run(&self, args: &[&str]) -> Output {
         gangway(&self.addr.to_string(), args).await
     }
+
+    /// [`Fake::run`] with these environment variables set.
+    pub async fn run_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        gangway_with_env(&self.addr.to_string(), args, env).await
+    }
 }
 
 /// Runs the real binary against `server` with a clean environment for its own variables.
 pub async fn gangway(server: &str, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_gangway"))
-        .arg("--server")
-        .arg(server)
-        .args(args)
-        .env_remove("GANGWAY_SERVER")
-        .env_remove("GANGWAY_NAMESPACE")
-        .env_remove("GANGWAY_GROUP")
-        .env_remove("RUST_LOG")
+    gangway_with_env(server, args, &[]).await
+}
+
+/// [`gangway`] with `env` set on top of the cleaned environment.
+pub async fn gangway_with_env(server: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_gangway"));
+    command.arg("--server").arg(server).args(args);
+    for var in [
+        "GANGWAY_SERVER",
+        "GANGWAY_NAMESPACE",
+        "GANGWAY_GROUP",
+        "GANGWAY_SERVICE",
+        "GANGWAY_IP",
+        "GANGWAY_PORT",
+        "GANGWAY_CLUSTER",
+        "RUST_LOG",
+    ] {
+        command.env_remove(var);
+    }
+    command
+        .envs(env.iter().copied())
         .kill_on_drop(true)
         .output()
         .await

@@ -7,7 +7,12 @@
 //! - [`PowerOfTwoChoices`]: two distinct instances at random, the one with fewer requests in
 //!   flight wins (Mitzenmacher; what Envoy and Linkerd call P2C / least request).
 //!
-//! Both share the pickable set: instances that are enabled with a weight > 0 (finite); of
+//! Each can be wrapped in [`WarmUp`], which holds instances in their warm-up window back
+//! (Envoy slow start; the window and registration time come from the instance's metadata, see
+//! [`warm_up`](self::warm_up)). The HTTP client and [`Subscription`](crate::Subscription) wrap
+//! their balancer in it by default.
+//!
+//! All share the pickable set: instances that are enabled with a weight > 0 (finite); of
 //! those the healthy ones, or all of them when none is healthy. A view only holds unhealthy
 //! instances when the registry's protect threshold fired (`protection_triggered`): the
 //! balancers then prefer the healthy ones and fall back to any.
@@ -19,11 +24,13 @@ mod p2c;
 mod random;
 mod round_robin;
 mod smooth_weighted;
+pub mod warm_up;
 
 pub use p2c::PowerOfTwoChoices;
 pub use random::Random;
 pub use round_robin::RoundRobin;
 pub use smooth_weighted::SmoothWeighted;
+pub use warm_up::{WarmUp, WarmUpConfig};
 
 /// Picks an instance for one request.
 ///

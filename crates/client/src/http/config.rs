@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use gangway_core::model::{DEFAULT_GROUP, DEFAULT_NAMESPACE};
 
-use crate::balance::{Balancer, PowerOfTwoChoices, Random, RoundRobin, SmoothWeighted};
+use crate::balance::{
+    Balancer, PowerOfTwoChoices, Random, RoundRobin, SmoothWeighted, WarmUp, WarmUpConfig,
+};
 use crate::outlier::OutlierConfig;
 use crate::retry::RetryConfig;
 
@@ -32,6 +34,20 @@ impl BalancerKind {
             BalancerKind::PowerOfTwoChoices => Box::new(PowerOfTwoChoices::new()),
         }
     }
+
+    /// A fresh balancer of this kind, wrapped in [`WarmUp`] when `warm_up` is set.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidConfig`] for a bad `warm_up`.
+    pub fn build_with(
+        self,
+        warm_up: Option<WarmUpConfig>,
+    ) -> Result<Box<dyn Balancer>, crate::Error> {
+        Ok(match warm_up {
+            Some(config) => Box::new(WarmUp::new(self.build(), config)?),
+            None => self.build(),
+        })
+    }
 }
 
 /// Default timeout of one attempt when the retry config sets none: 10 s.
@@ -56,6 +72,9 @@ pub struct HttpConfig {
     pub group: String,
     /// Balancer. Default round robin.
     pub balancer: BalancerKind,
+    /// Warm-up of instances that registered with a window ([`crate::balance::warm_up`]);
+    /// `None` turns it off. Default on, with [`WarmUpConfig::default`] (linear, floor 0.1).
+    pub warm_up: Option<WarmUpConfig>,
     /// Retry policy. Default: 2 attempts, budget 20 % + 10/s over 10 s.
     pub retry: RetryConfig,
     /// Outlier ejection; `None` turns it off. Default on, with [`OutlierConfig::default`].
@@ -76,6 +95,7 @@ impl Default for HttpConfig {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             group: DEFAULT_GROUP.to_owned(),
             balancer: BalancerKind::default(),
+            warm_up: Some(WarmUpConfig::default()),
             retry: RetryConfig::default(),
             outlier: Some(OutlierConfig::default()),
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
@@ -90,6 +110,12 @@ impl HttpConfig {
     /// With this balancer.
     pub fn with_balancer(mut self, balancer: BalancerKind) -> Self {
         self.balancer = balancer;
+        self
+    }
+
+    /// With warm-up (`None`: off).
+    pub fn with_warm_up(mut self, warm_up: Option<WarmUpConfig>) -> Self {
+        self.warm_up = warm_up;
         self
     }
 

@@ -22,8 +22,16 @@
 mod client;
 mod config;
 mod error;
+mod metrics;
 mod target;
 
-pub use client::{DRAINING_HEADER, HttpClient, HttpRequest, HttpResponse};
-pub use config::{BalancerKind, HttpConfig};
+pub use client::{
+    DRAINING_HEADER, HttpClient, HttpRequest, HttpResponse, ResponseBody, ServiceState,
+    StreamingResponse,
+};
+pub use config::{
+    BalancerKind, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_VIEW_WAIT,
+    DEFAULT_POOL_IDLE_TIMEOUT, DRAINING_HOLD, HttpConfig,
+};
 pub use error::RequestError;
+pub use metrics::{AttemptLabels, AttemptMetrics};

@@ -9,6 +9,7 @@ use gangway_core::view::View;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::client::ServiceState;
 use super::config::{DRAINING_HOLD, HttpConfig};
 use crate::Subscription;
 use crate::balance::{Balancer, pickable};
@@ -16,6 +17,9 @@ use crate::outlier::{OutlierDetector, OutlierMetrics, RecoveryCheck};
 use crate::retry::RetryBudget;
 
 pub(crate) struct Target {
+    /// The service, and as `namespace/group/service` text for metric labels.
+    service: ServiceKey,
+    pub(crate) name: String,
     /// The service's view, from a subscription or any other source.
     pub(crate) views: watch::Receiver<Arc<View>>,
     /// Keeps the registry subscription alive (None for other view sources).
@@ -53,7 +57,7 @@ impl Target {
     ) -> Result<Arc<Self>, crate::Error> {
         let detector = match config.outlier.clone() {
             Some(c) => {
-                let d = OutlierDetector::new(service, c)?;
+                let d = OutlierDetector::new(service.clone(), c)?;
                 Some(Arc::new(match metrics {
                     Some(m) => d.with_metrics(m.clone()),
                     None => d,
@@ -65,6 +69,7 @@ impl Target {
             .outlier
             .as_ref()
             .is_some_and(|o| o.check == RecoveryCheck::TcpConnect);
+        let balancer = config.balancer.build_with(config.warm_up)?;
         Ok(Arc::new_cyclic(|weak: &std::sync::Weak<Target>| {
             let weak = weak.clone();
             let mut rx = views.clone();
@@ -92,7 +97,9 @@ impl Target {
             })
             .abort_handle();
             Target {
-                balancer: config.balancer.build(),
+                name: service.to_string(),
+                service,
+                balancer,
                 budget: RetryBudget::new(&config.retry),
                 detector,
                 views,
@@ -166,6 +173,10 @@ impl Target {
                 reqwest::Client::builder()
                     .pool_idle_timeout(self.config.pool_idle_timeout)
                     .connect_timeout(self.config.connect_timeout)
+                    // Instances are reached directly: an `http_proxy` in the environment
+                    // (set for the applications behind `gangway proxy`, say) must not
+                    // route instance traffic, least of all back into that proxy.
+                    .no_proxy()
                     .build()
                     .unwrap_or_default()
             })
@@ -181,6 +192,31 @@ impl Target {
     pub(crate) fn mark_draining(&self, instance: &InstanceKey) {
         lock(&self.draining).insert(instance.clone(), Instant::now());
         self.drop_pool(instance);
+    }
+
+    /// The state shown by [`HttpClient::state`](super::HttpClient::state).
+    pub(crate) fn state(&self) -> ServiceState {
+        let now = Instant::now();
+        let mut draining: Vec<InstanceKey> = lock(&self.draining)
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) < DRAINING_HOLD)
+            .map(|(k, _)| k.clone())
+            .collect();
+        draining.sort();
+        let mut pooled = self.pooled();
+        pooled.sort();
+        ServiceState {
+            service: self.service.clone(),
+            view: self.views.borrow().clone(),
+            ejected: self
+                .detector
+                .as_ref()
+                .map(|d| d.ejected())
+                .unwrap_or_default(),
+            draining,
+            pooled,
+            budget: self.budget.stats(),
+        }
     }
 
     /// Instances with a pool right now (for tests and diagnostics).

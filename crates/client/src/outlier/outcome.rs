@@ -20,6 +20,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// `"success"`, `"connect_failure"`, `"network_error"` or `"server_error"`: the
+    /// `outcome` label of [`AttemptMetrics`](crate::http::AttemptMetrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::ConnectFailure => "connect_failure",
+            Outcome::NetworkError => "network_error",
+            Outcome::ServerError => "server_error",
+        }
+    }
+
     /// Whether this outcome counts as an error under `kinds`.
     pub fn is_error(self, kinds: ErrorKinds) -> bool {
         match self {

@@ -17,5 +17,5 @@ mod policy;
 #[cfg(test)]
 mod tests;
 
-pub use budget::RetryBudget;
+pub use budget::{BudgetStats, RetryBudget};
 pub use policy::{Failure, RetryConfig, is_idempotent, may_retry};

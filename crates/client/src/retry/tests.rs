@@ -90,3 +90,20 @@ async fn the_budget_refills_as_the_window_slides() {
         "old deposits expired"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn stats_count_requests_granted_and_refused_retries() {
+    let config = RetryConfig::default().with_budget(Duration::from_secs(10), 0, 0.2);
+    let budget = RetryBudget::new(&config);
+    let clone = budget.clone();
+    for _ in 0..10 {
+        clone.deposit();
+    }
+    let granted = (0..5).filter(|_| budget.withdraw()).count();
+    assert_eq!(granted, 2, "20 % of 10 requests");
+    let stats = budget.stats();
+    assert_eq!(stats.requests, 10);
+    assert_eq!(stats.retries, 2);
+    assert_eq!(stats.refused, 3);
+    assert_eq!(clone.stats(), stats, "clones share the counters");
+}

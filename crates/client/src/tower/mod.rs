@@ -13,6 +13,8 @@
 //! - [`Classify`] / [`DefaultClassify`]: how a result maps to a
 //!   [`Failure`](crate::retry::Failure), shared by both layers.
 //! - [`balanced`]: the whole stack below in one call.
+//! - [`DrainingLayer`] / [`DrainSignal`]: the provider side, in-band draining (the draining
+//!   header and `Connection: close` on every response once the drain started).
 //!
 //! The stack, outermost first: `Retry` → `Buffer` → p2c `Balance` → `ViewDiscover` of
 //! `PendingRequests<Ejection<per-instance client>>`.
@@ -59,12 +61,14 @@
 
 mod classify;
 mod discover;
+pub mod draining;
 pub mod ejection;
 pub mod retry;
 mod stack;
 
 pub use classify::{AsStdError, Classify, DefaultClassify, HasStatus, classify_error, outcome_of};
 pub use discover::{Rebuild, ViewDiscover, balance_channel, tonic_endpoints};
+pub use draining::{DrainSignal, Draining, DrainingLayer};
 pub use ejection::{Ejection, EjectionLayer};
 pub use retry::{Attempts, Idempotent, Retry, RetryLayer};
 pub use stack::{Balanced, DEFAULT_BUFFER, StackConfig, balanced};

@@ -1,0 +1,610 @@
+//! `gangway run` with real processes on loopback (issue 12): Python `http.server` children
+//! behind the wrapper, a registry process, `gangway demo-client` consumers, and `gangway online
+//! --wait` against a frozen subscriber.
+
+mod cluster;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use cluster::{GANGWAY, Proc, STARTUP, Server, addresses, poll};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// The consumer measures the registry and the wrapper alone: no retry, no ejection.
+const NO_RETRY: &[&str] = &["--no-retry", "--no-ejection"];
+
+/// python's http.server dies at SIGTERM with its requests in flight; those sent just before the
+/// last ack need a moment (it answers in milliseconds; 500 ms covers a loaded machine).
+const LINGER: &[&str] = &["--linger", "500ms"];
+
+/// A `gangway run` process wrapping `python3 -m http.server`, its JSON events read from stderr.
+struct Wrapper {
+    child: Child,
+    events: mpsc::UnboundedReceiver<Value>,
+    port: u16,
+    /// The Python child's pid (its own process group).
+    python: i32,
+    /// The `/ready` endpoint's address, from the `readiness` event.
+    readiness: Option<String>,
+    /// Serves the `ping` and `health` files.
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap().port()
+}
+
+impl Wrapper {
+    /// `gangway run --json --service demo --port P --registry G FLAGS -- python3 -m http.server
+    /// P`, serving a directory with a `ping` file; returns once the child started.
+    async fn start(grpc: &str, flags: &[&str]) -> Wrapper {
+        Self::start_cmd(grpc, flags, None).await
+    }
+
+    async fn start_cmd(grpc: &str, flags: &[&str], delay_start: Option<&str>) -> Wrapper {
+        Self::start_on(grpc, flags, delay_start, free_port()).await
+    }
+
+    async fn start_on(grpc: &str, flags: &[&str], delay_start: Option<&str>, port: u16) -> Wrapper {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ping"), "pong").unwrap();
+        std::fs::write(dir.path().join("health"), "ok").unwrap();
+        let port_s = port.to_string();
+        let dir_s = dir.path().to_str().unwrap().to_owned();
+        let mut args: Vec<String> = ["run", "--json", "--service", "demo", "--port", &port_s]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["--registry".into(), grpc.into()]);
+        args.extend(flags.iter().map(|s| s.to_string()));
+        args.push("--".into());
+        // HTTP/1.1: keep-alive, so the consumer does not open a connection per request (with
+        // HTTP/1.0 and its listen backlog of 5, a loaded machine drops SYNs, and a dropped SYN
+        // costs a 1 s retransmission: a timeout that has nothing to do with the lifecycle).
+        let python = format!(
+            "python3 -m http.server {port} --bind 127.0.0.1 --directory {dir_s} --protocol HTTP/1.1"
+        );
+        match delay_start {
+            // A child that opens its port late (part of the program under test, not a wait).
+            Some(delay) => args.extend([
+                "sh".into(),
+                "-c".into(),
+                format!("sleep {delay}; exec {python}"),
+            ]),
+            None => args.extend(python.split(' ').map(str::to_owned)),
+        }
+        let mut child = Command::new(GANGWAY)
+            .args(&args)
+            .env_remove("GANGWAY_SERVICE")
+            .env_remove("GANGWAY_PORT")
+            .env_remove("GANGWAY_IP")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn gangway run");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let (tx, events) = mpsc::unbounded_channel();
+        // Python logs every request on the same stderr: keep reading, keep the events.
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) if v.get("event").is_some() => {
+                        let _ = tx.send(v);
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let mut w = Wrapper {
+            child,
+            events,
+            port,
+            python: 0,
+            readiness: None,
+            dir,
+        };
+        if flags.contains(&"--readiness-port") {
+            let e = w.event("readiness").await;
+            w.readiness = e["listen"].as_str().map(str::to_owned);
+        }
+        let started = w.event("started").await;
+        w.python = started["pid"].as_i64().unwrap() as i32;
+        w
+    }
+
+    /// A wrapper whose check is `GET /health` every 100 ms, fall 2, rise 2.
+    async fn start_with_health_check(grpc: &str) -> Wrapper {
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}/health");
+        let flags = [
+            "--ready",
+            url.as_str(),
+            "--probe-interval",
+            "100ms",
+            "--fall",
+            "2",
+            "--rise",
+            "2",
+        ];
+        Self::start_on(grpc, &flags, None, port).await
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The next event named `name` (earlier ones are skipped), within [`STARTUP`].
+    async fn event(&mut self, name: &str) -> Value {
+        let found = tokio::time::timeout(STARTUP, async {
+            while let Some(e) = self.events.recv().await {
+                if e["event"] == name {
+                    return Some(e);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(e)) => e,
+            other => panic!("no {name:?} event (got {other:?})"),
+        }
+    }
+
+    fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.child.id().unwrap() as i32), sig).unwrap();
+    }
+
+    async fn wait(&mut self, timeout: Duration) -> Option<i32> {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .expect("the wrapper exited in time")
+            .unwrap()
+            .code()
+    }
+}
+
+impl Drop for Wrapper {
+    fn drop(&mut self) {
+        // The wrapper dies with kill_on_drop; its child is in a process group of its own.
+        if self.python > 0 {
+            let _ = killpg(Pid::from_raw(self.python), Signal::SIGKILL);
+        }
+    }
+}
+
+/// A demo-client subscribed to `demo`, at `rate` for `duration`, with `flags`; returns once it
+/// sends.
+async fn consumer(grpc: &str, rate: &str, duration: &str, min: &str, flags: &[&str]) -> Proc {
+    let mut args = vec![
+        "demo-client",
+        "--registry",
+        grpc,
+        "--service",
+        "demo",
+        "--rate",
+        rate,
+        "--duration",
+        duration,
+        "--min-instances",
+        min,
+        "--json",
+    ];
+    args.extend_from_slice(flags);
+    let mut client = Proc::spawn(&args);
+    client.stderr_line_starting("sending ").await;
+    client.forward_stderr("demo-client");
+    client
+}
+
+async fn report_of(client: &mut Proc) -> Value {
+    let out = client.rest_of_stdout(Duration::from_secs(30)).await;
+    client.wait(Duration::from_secs(5)).await;
+    serde_json::from_str(out.trim()).expect("demo-client JSON summary")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_of_three_python_children_loses_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let mut wrappers = Vec::new();
+    for _ in 0..3 {
+        let mut w = Wrapper::start(&server.grpc, LINGER).await;
+        w.event("ready").await;
+        wrappers.push(w);
+    }
+    let mut client = consumer(&server.grpc, "60", "6s", "3", NO_RETRY).await;
+    let started = Instant::now();
+    tokio::time::sleep_until(started + Duration::from_secs(1)).await;
+    let mut steps = Vec::new();
+    for _ in 0..3 {
+        // Surge first: the new one counts once every subscriber acked it, then the old drains.
+        let mut fresh = Wrapper::start(&server.grpc, LINGER).await;
+        let ready = fresh.event("ready").await;
+        let mut old = wrappers.remove(0);
+        old.signal(Signal::SIGTERM);
+        let drained = old.event("drained").await;
+        assert_eq!(drained["complete"], true, "{drained}");
+        // Python dies of the SIGTERM: the wrapper passes 128 + 15 on.
+        assert_eq!(old.wait(Duration::from_secs(15)).await, Some(143));
+        steps.push((ready["acked"].clone(), drained["waited_ms"].clone()));
+        wrappers.push(fresh);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "the rollout must fit in the load"
+    );
+    let report = report_of(&mut client).await;
+    assert_eq!(report["sent"], 360, "{report}");
+    assert_eq!(
+        report["failed"], 0,
+        "ack drain + ack readiness lose nothing: {report}"
+    );
+    let listed = addresses(&server.get("/v1/services/demo/instances").await);
+    let mut expected: Vec<String> = wrappers.iter().map(Wrapper::addr).collect();
+    let mut listed_sorted = listed.clone();
+    listed_sorted.sort();
+    expected.sort();
+    assert_eq!(listed_sorted, expected);
+    println!(
+        "rolling restart of 3 python children: 0 of 360 failed; (acked by, drain ms) per step: {steps:?}"
+    );
+}
+
+/// The failed requests of a report and whether all were sent to `addr` around `at_ms`.
+fn failures(report: &Value) -> Vec<Value> {
+    report["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ok"] == false)
+        .cloned()
+        .collect()
+}
+
+async fn child_sigkill(flags: &[&str]) -> (Value, f64, String) {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let mut wrappers = Vec::new();
+    for _ in 0..3 {
+        let mut w = Wrapper::start(&server.grpc, &[]).await;
+        w.event("ready").await;
+        wrappers.push(w);
+    }
+    let mut client = consumer(&server.grpc, "60", "4s", "3", flags).await;
+    let started = Instant::now();
+    tokio::time::sleep_until(started + Duration::from_millis(1500)).await;
+    let victim = &mut wrappers[0];
+    killpg(Pid::from_raw(victim.python), Signal::SIGKILL).unwrap();
+    let killed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let exited = victim.event("child-exited").await;
+    assert_eq!(exited["code"], 137, "SIGKILL: 128 + 9 passed on");
+    assert_eq!(victim.wait(Duration::from_secs(5)).await, Some(137));
+    let addr = victim.addr();
+    let gone = poll(Duration::from_secs(2), || async {
+        let listing = server.get("/v1/services/demo/instances?all=true").await;
+        (!addresses(&listing).contains(&addr)).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the wrapper deregistered its dead child");
+    (report_of(&mut client).await, killed_ms, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_sigkill_fails_at_most_its_in_flight_requests_and_none_with_a_retry() {
+    let (report, killed_ms, victim) = child_sigkill(NO_RETRY).await;
+    let failed = failures(&report);
+    // The wrapper sees its child die at once and deregisters; the push reaches the consumer
+    // within milliseconds (and at most a second on a loaded machine). Only requests to the
+    // victim that were in flight at the kill (sent at most one attempt timeout, 1 s, before) or
+    // sent before the consumer's view dropped it can fail.
+    let dropped_ms = report["view_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["at_ms"].as_f64().unwrap() >= killed_ms
+                && !c["instances"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|i| i == victim.as_str())
+        })
+        .and_then(|c| c["at_ms"].as_f64())
+        .expect("the consumer's view dropped the killed instance");
+    assert!(
+        dropped_ms - killed_ms < 1000.0,
+        "view dropped it {} ms after the kill",
+        dropped_ms - killed_ms
+    );
+    let exposed = report["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["instance"] == victim.as_str())
+        .filter(|r| {
+            let sent = r["sent_ms"].as_f64().unwrap();
+            killed_ms - 1000.0 <= sent && sent <= dropped_ms
+        })
+        .count();
+    for f in &failed {
+        assert_eq!(f["instance"], victim.as_str(), "{f}");
+        let sent = f["sent_ms"].as_f64().unwrap();
+        assert!(
+            killed_ms - 1000.0 <= sent && sent <= dropped_ms,
+            "failure at {sent} ms, kill at {killed_ms} ms, dropped at {dropped_ms} ms: {f}"
+        );
+    }
+    assert!(
+        failed.len() <= exposed,
+        "{} failed, {exposed} exposed",
+        failed.len()
+    );
+    let (report, _, _) = child_sigkill(&[]).await;
+    assert_eq!(report["failed"], 0, "one retry covers the kill: {report}");
+    println!(
+        "child SIGKILL: {} failed without retry (of {exposed} in flight or sent before the drop, \
+         {:.0} ms after the kill), 0 with one",
+        failed.len(),
+        dropped_ms - killed_ms
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrapper_sigkill_removes_the_instance_within_a_second() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let mut w = Wrapper::start(&server.grpc, &[]).await;
+    w.event("ready").await;
+    let addr = w.addr();
+    let listed = addresses(&server.get("/v1/services/demo/instances?all=true").await);
+    assert_eq!(listed, std::slice::from_ref(&addr));
+    w.signal(Signal::SIGKILL);
+    let killed = Instant::now();
+    let gone = poll(Duration::from_secs(5), || async {
+        let listing = server.get("/v1/services/demo/instances?all=true").await;
+        (!addresses(&listing).contains(&addr)).then(|| killed.elapsed())
+    })
+    .await
+    .expect("the instance left the registry");
+    assert!(gone < Duration::from_secs(1), "gone after {gone:?}");
+    println!(
+        "wrapper SIGKILL: instance gone after {} ms",
+        gone.as_millis()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_is_503_before_200_after_the_acks_and_503_from_sigterm() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    // A live subscriber (the demo-client), whose ack the readiness waits for.
+    let mut other = Wrapper::start(&server.grpc, &[]).await;
+    other.event("ready").await;
+    let client = consumer(&server.grpc, "5", "20s", "1", &[]).await;
+    let mut w = Wrapper::start_cmd(
+        &server.grpc,
+        &[
+            "--readiness-port",
+            "0",
+            "--readiness-host",
+            "127.0.0.1",
+            "--on-drain",
+            "sleep 1",
+        ],
+        Some("1"),
+    )
+    .await;
+    let url = format!(
+        "http://{}/ready",
+        w.readiness.clone().expect("readiness event")
+    );
+    let http = reqwest::Client::new();
+    let status = |http: reqwest::Client, url: String| async move {
+        http.get(&url)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .ok()
+    };
+    // The child opens its port a second after its start: not ready yet.
+    assert_eq!(status(http.clone(), url.clone()).await, Some(503));
+    let ready = w.event("ready").await;
+    assert_eq!(ready["acked"], 1, "the demo-client acked: {ready}");
+    assert_eq!(status(http.clone(), url.clone()).await, Some(200));
+    w.signal(Signal::SIGTERM);
+    let draining = poll(Duration::from_secs(1), || {
+        let (http, url) = (http.clone(), url.clone());
+        async move { (status(http, url).await == Some(503)).then_some(()) }
+    })
+    .await;
+    assert!(draining.is_some(), "/ready says 503 once SIGTERM arrived");
+    let drained = w.event("drained").await;
+    assert_eq!(drained["complete"], true, "{drained}");
+    w.event("on-drain-done").await;
+    assert_eq!(w.wait(Duration::from_secs(15)).await, Some(143));
+    client.signal(Signal::SIGKILL);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_wait_returns_once_a_frozen_subscriber_is_gone_or_times_out_naming_it() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        data.path(),
+        "127.0.0.1:0",
+        "127.0.0.1:0",
+        &["--keepalive-interval", "200ms", "--keepalive-timeout", "1s"],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    for port in [1, 2] {
+        let r = http
+            .post(server.url("/v1/services/demo/instances"))
+            .json(&json!({"ip": "127.0.0.1", "port": port, "ttl_ms": 600000, "delete_timeout_ms": 600000}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{r:?}");
+    }
+    let client = consumer(&server.grpc, "1", "60s", "2", NO_RETRY).await;
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--server", &server.http, "--json"];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.iter().map(|s| s.to_string()).collect();
+        async move {
+            let out = Command::new(GANGWAY).args(&all).output().await.unwrap();
+            let body = serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null);
+            (out.status.code(), body)
+        }
+    };
+    let (code, _) = cli(&["offline", "demo", "127.0.0.1:1"]).await;
+    assert_eq!(code, Some(0));
+    client.signal(Signal::SIGSTOP);
+    // The frozen subscriber cannot ack: the wait times out, exit 3, and names it.
+    let (code, report) = cli(&[
+        "online",
+        "demo",
+        "127.0.0.1:1",
+        "--wait",
+        "--timeout",
+        "300ms",
+    ])
+    .await;
+    assert_eq!(code, Some(3), "{report}");
+    assert_eq!(report["complete"], false);
+    let laggards = report["laggards"].as_array().unwrap();
+    assert_eq!(laggards.len(), 1, "{report}");
+    let frozen = laggards[0]["id"].as_str().unwrap().to_owned();
+    // Again, with time: it returns complete once the registry dropped the frozen session
+    // (keepalive 200 ms + 1 s), not before.
+    let (code, _) = cli(&["offline", "demo", "127.0.0.1:1"]).await;
+    assert_eq!(code, Some(0));
+    let asked = Instant::now();
+    let (code, report) = cli(&[
+        "online",
+        "demo",
+        "127.0.0.1:1",
+        "--wait",
+        "--timeout",
+        "10s",
+    ])
+    .await;
+    let took = asked.elapsed();
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["complete"], true);
+    assert!(
+        report["acked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["id"] != frozen.as_str()),
+        "the frozen subscriber never acked: {report}"
+    );
+    let subscribers = server.get("/v1/services/demo/subscribers").await;
+    assert!(
+        subscribers["subscribers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["id"] != frozen.as_str()),
+        "it returned after the frozen subscriber was dropped: {subscribers}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "well inside its timeout: {took:?}"
+    );
+    client.signal(Signal::SIGCONT);
+    client.signal(Signal::SIGKILL);
+    println!(
+        "online --wait: timed out naming {frozen}, then complete after {} ms once it was dropped",
+        took.as_millis()
+    );
+}
+
+/// The share of `addr` among the requests sent in `[from_ms, to_ms)`.
+fn share(report: &Value, addr: &str, from_ms: f64, to_ms: f64) -> (f64, usize) {
+    let sent: Vec<&Value> = report["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| (from_ms..to_ms).contains(&r["sent_ms"].as_f64().unwrap()))
+        .collect();
+    let hits = sent.iter().filter(|r| r["instance"] == addr).count();
+    (hits as f64 / sent.len().max(1) as f64, sent.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_up_ramps_a_new_instances_share_then_gives_it_all() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let mut warm = Vec::new();
+    for _ in 0..2 {
+        let mut w = Wrapper::start(&server.grpc, &[]).await;
+        w.event("ready").await;
+        warm.push(w);
+    }
+    let mut client = consumer(&server.grpc, "60", "6s", "2", NO_RETRY).await;
+    let mut fresh = Wrapper::start(&server.grpc, &["--warmup", "3s"]).await;
+    fresh.event("ready").await;
+    let report = report_of(&mut client).await;
+    assert_eq!(report["failed"], 0, "{report}");
+    let addr = fresh.addr();
+    let joined = report["view_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i == addr.as_str())
+        })
+        .and_then(|c| c["at_ms"].as_f64())
+        .expect("the new instance joined the consumer's view");
+    // Linear ramp over 3 s with a 0.1 floor: over the first 1.2 s the factor averages about
+    // 0.2 (share 0.2 / 2.2 = 0.09); after the window it has a third.
+    let (early, n_early) = share(&report, &addr, joined, joined + 1200.0);
+    let (late, n_late) = share(&report, &addr, joined + 3200.0, 6000.0);
+    assert!(
+        n_early >= 50 && n_late >= 30,
+        "{n_early} and {n_late} requests"
+    );
+    assert!(early < 0.17, "share in the first 1.2 s: {early:.3}");
+    assert!(
+        (late - 1.0 / 3.0).abs() < 0.09,
+        "share after the window: {late:.3}"
+    );
+    println!("warm-up 3 s: share {early:.3} in its first 1.2 s, {late:.3} after the window");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_failing_its_checks_leaves_the_registry_and_comes_back_after_rise() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let mut w = Wrapper::start_with_health_check(&server.grpc).await;
+    w.event("ready").await;
+    let addr = w.addr();
+    let listed = || async {
+        addresses(&server.get("/v1/services/demo/instances?all=true").await).contains(&addr)
+    };
+    assert!(listed().await);
+    // /health answers 404 from now on: after --fall 2 failed checks the instance leaves.
+    std::fs::remove_file(w.dir.path().join("health")).unwrap();
+    let unhealthy = w.event("unhealthy").await;
+    assert_eq!(unhealthy["deregistered"], true, "{unhealthy}");
+    assert!(!listed().await, "deregistered while unhealthy");
+    // Healthy again: after --rise 2 passed checks it is registered again and acked.
+    std::fs::write(w.dir.path().join("health"), "ok").unwrap();
+    w.event("registered").await;
+    w.event("ready").await;
+    assert!(listed().await, "back after rise");
+}

@@ -1,0 +1,284 @@
+//! Serving: the proxy listener (HTTP/1.1 and h2c on one port), the admin listener, and the
+//! process around them (SIGHUP reloads the config, SIGTERM/SIGINT drain the listener).
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use gangway_client::http::AttemptMetrics;
+use gangway_client::outlier::OutlierMetrics;
+use gangway_client::{Client, ClientConfig};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{Semaphore, watch};
+
+use crate::admin::{self, AdminState, Reloads};
+use crate::config::{Config, Overrides};
+use crate::metrics::ProxyMetrics;
+use crate::proxy::{Proxy, Source};
+
+/// A request's head must arrive within this on HTTP/1.1 connections (slow clients): 30 s.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most concurrent streams of one HTTP/2 connection: 256.
+pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// Pause after a failed `accept` (out of file descriptors, say) before the next: 50 ms.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Serves `proxy` on `listener` until `shutdown` turns true, then stops accepting (the
+/// listener is closed), lets each connection finish what it has in flight (HTTP/1.1: the
+/// current request, then close; HTTP/2: GOAWAY, then the open streams) and returns once all
+/// are closed or `timeout` passed, with the number of connections still open then (0 after a
+/// clean drain). At most `max_connections` are open at once; further clients wait in the
+/// listen backlog.
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Proxy,
+    max_connections: usize,
+    mut shutdown: watch::Receiver<bool>,
+    timeout: Duration,
+) -> usize {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(max_connections.max(1)));
+    let connections = proxy.metrics().connections.clone();
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = stopped(&mut shutdown) => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut shutdown) => break,
+        };
+        // Small requests and answers: no Nagle delay.
+        let _ = stream.set_nodelay(true);
+        let service = {
+            let proxy = proxy.clone();
+            hyper::service::service_fn(move |request| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, Infallible>(proxy.handle(request).await) }
+            })
+        };
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        let connections = connections.clone();
+        connections.inc();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "downstream connection ended with an error");
+            }
+            connections.dec();
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let open = graceful.count();
+    tracing::info!(
+        connections = open,
+        "listener closed; finishing requests in flight"
+    );
+    match tokio::time::timeout(timeout, graceful.shutdown()).await {
+        Ok(()) => 0,
+        Err(_) => usize::try_from(connections.get()).unwrap_or(0),
+    }
+}
+
+/// Resolves once `shutdown` is true (or its sender is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`: drop it here, not across the caller's await.
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// The command line's choices for [`run`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RunOptions {
+    /// The TOML file (`--config`), re-read on SIGHUP.
+    pub config: Option<PathBuf>,
+    /// Flags that win over the file.
+    pub overrides: Overrides,
+}
+
+/// Runs `gangway proxy` until SIGTERM or SIGINT.
+///
+/// Start-up: reads the config (an error stops it: nothing is served), installs the signal
+/// handlers, binds both listeners, connects to the registry (waiting at most the client's
+/// request timeout, 10 s), subscribes to the configured services, then prints one line on
+/// stdout: `gangway proxy listen=ADDR admin=ADDR|off registry=ADDR`.
+///
+/// SIGHUP re-reads the file: a good one replaces the routing (services whose settings
+/// changed get a new pipeline); a bad one keeps the old config and logs one line
+/// (`config reload failed, keeping the previous config: ...`). `registry`, `listen`, `admin`,
+/// `max_connections` and `shutdown_timeout` are read at start only.
+///
+/// SIGTERM/SIGINT: `/ready` turns 503, the listener closes, requests in flight finish
+/// (at most `shutdown_timeout`), the registry session closes, and it prints
+/// `stopped in_flight=N` (the connections cut at the timeout, 0 after a clean drain).
+///
+/// # Errors
+/// A bad config, a listener that cannot be bound, a registry that cannot be reached.
+pub async fn run(options: RunOptions) -> anyhow::Result<()> {
+    let file = options.config.clone();
+    let config = Config::load(file.as_deref(), &options.overrides)?;
+    // Handlers first: a signal sent right after the start-up line must not kill the process.
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("bind the proxy listener {}", config.listen))?;
+    let admin_listener = match config.admin {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("bind the admin listener {addr}"))?,
+        ),
+        None => None,
+    };
+    let client = Client::connect(
+        ClientConfig::new(config.registry.clone())
+            .with_client_name(format!("gangway-proxy/{}", std::process::id())),
+    )
+    .await
+    .with_context(|| format!("cannot reach the registry at {}", config.registry))?;
+
+    let mut registry = Registry::default();
+    let metrics = ProxyMetrics::register(&mut registry);
+    let proxy = Proxy::new(
+        Source::Registry(client.clone()),
+        config.routing.clone(),
+        metrics.clone(),
+        OutlierMetrics::register(&mut registry),
+        AttemptMetrics::register(&mut registry),
+    );
+    proxy.subscribe_configured().await;
+    let reloads = Arc::new(Reloads::new(file.as_deref()));
+    let shutting_down = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    let listen_addr = listener.local_addr()?;
+    let admin_addr = match &admin_listener {
+        Some(l) => l.local_addr()?.to_string(),
+        None => "off".to_owned(),
+    };
+    let admin_task = admin_listener.map(|l| {
+        let app = admin::router(AdminState {
+            proxy: proxy.clone(),
+            registry: Arc::new(registry),
+            reloads: reloads.clone(),
+            shutting_down: shutting_down.clone(),
+        });
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            axum::serve(l, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        })
+    });
+    let data = tokio::spawn(serve(
+        listener,
+        proxy.clone(),
+        config.max_connections,
+        stop_rx,
+        config.shutdown_timeout,
+    ));
+    println!(
+        "gangway proxy listen={listen_addr} admin={admin_addr} registry={}",
+        config.registry
+    );
+
+    loop {
+        tokio::select! {
+            _ = hup.recv() => reload(&config, &options, &proxy, &metrics, &reloads).await,
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    shutting_down.store(true, Ordering::Relaxed);
+    let _ = stop_tx.send(true);
+    let cut = data.await.context("proxy listener task")?;
+    if let Some(task) = admin_task {
+        let _ = task.await;
+    }
+    client.close();
+    println!("stopped in_flight={cut}");
+    Ok(())
+}
+
+/// SIGHUP: re-reads the file; keeps the running config when it is bad.
+async fn reload(
+    running: &Config,
+    options: &RunOptions,
+    proxy: &Proxy,
+    metrics: &ProxyMetrics,
+    reloads: &Reloads,
+) {
+    let Some(file) = &options.config else {
+        tracing::info!("SIGHUP: no --config file to reload");
+        return;
+    };
+    match Config::load(Some(file), &options.overrides) {
+        Ok(new) => {
+            for (name, changed) in [
+                ("registry", new.registry != running.registry),
+                ("listen", new.listen != running.listen),
+                ("admin", new.admin != running.admin),
+                (
+                    "max_connections",
+                    new.max_connections != running.max_connections,
+                ),
+                (
+                    "shutdown_timeout",
+                    new.shutdown_timeout != running.shutdown_timeout,
+                ),
+            ] {
+                if changed {
+                    tracing::warn!("config reload: {name} changed; it takes effect on restart");
+                }
+            }
+            let services = new.routing.services.len();
+            proxy.set_routing(new.routing);
+            proxy.subscribe_configured().await;
+            metrics.reload(true);
+            reloads.record(None);
+            tracing::info!(
+                "config reloaded from {}: {services} service table(s)",
+                file.display()
+            );
+        }
+        Err(e) => {
+            metrics.reload(false);
+            reloads.record(Some(e.to_string()));
+            tracing::error!("config reload failed, keeping the previous config: {e}");
+        }
+    }
+}

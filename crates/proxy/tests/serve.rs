@@ -1,0 +1,171 @@
+//! The proxy listener on a real socket (127.0.0.1, ephemeral ports) over fixed views: HTTP/1.1
+//! in both request forms, h2c on the same port, and the drain when `shutdown` turns true.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use gangway_core::model::{Instance, InstanceKey, ServiceKey};
+use gangway_core::view::View;
+use gangway_proxy::config::{Config, Overrides};
+use gangway_proxy::metrics::ProxyMetrics;
+use gangway_proxy::{Proxy, Source};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+
+/// An instance whose GET /slow says it `arrived`, then answers once `release` fires; GET
+/// /ping answers at once.
+async fn backend(release: oneshot::Receiver<()>, arrived: oneshot::Sender<()>) -> InstanceKey {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let release = Arc::new(tokio::sync::Mutex::new(Some((release, arrived))));
+    let app = Router::new()
+        .route("/ping", get(|| async { "pong" }))
+        .route(
+            "/slow",
+            get(move || {
+                let release = release.clone();
+                async move {
+                    if let Some((release, arrived)) = release.lock().await.take() {
+                        let _ = arrived.send(());
+                        let _ = release.await;
+                    }
+                    "slow pong"
+                }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    InstanceKey::new("127.0.0.1", port, "")
+}
+
+struct Running {
+    addr: String,
+    stop: watch::Sender<bool>,
+    served: tokio::task::JoinHandle<usize>,
+    release: Option<oneshot::Sender<()>>,
+    arrived: Option<oneshot::Receiver<()>>,
+}
+
+async fn start() -> Running {
+    let (release, release_rx) = oneshot::channel();
+    let (arrived_tx, arrived) = oneshot::channel();
+    let key = backend(release_rx, arrived_tx).await;
+    let view = View {
+        revision: 1,
+        instances: vec![Instance::new(key)],
+        protection_triggered: false,
+    };
+    let (tx, rx) = watch::channel(Arc::new(view));
+    std::mem::forget(tx); // the view never changes
+    let config = Config::from_overrides(&Overrides::default()).unwrap();
+    let proxy = Proxy::new(
+        Source::Views(vec![(ServiceKey::named("orders"), rx)]),
+        config.routing.clone(),
+        ProxyMetrics::default(),
+        Default::default(),
+        Default::default(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, stop_rx) = watch::channel(false);
+    let served = tokio::spawn(gangway_proxy::server::serve(
+        listener,
+        proxy,
+        16,
+        stop_rx,
+        Duration::from_secs(10),
+    ));
+    Running {
+        addr,
+        stop,
+        served,
+        release: Some(release),
+        arrived: Some(arrived),
+    }
+}
+
+#[tokio::test]
+async fn http1_in_both_forms_and_h2c_on_one_port() {
+    let running = start().await;
+    let via_proxy = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{}", running.addr)).unwrap())
+        .build()
+        .unwrap();
+    let r = via_proxy.get("http://orders/ping").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-gangway-attempts"], "1");
+    assert_eq!(r.text().await.unwrap(), "pong");
+
+    let host_form = reqwest::Client::new()
+        .get(format!("http://{}/ping", running.addr))
+        .header("host", "orders")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(host_form.text().await.unwrap(), "pong");
+
+    // h2c with prior knowledge: :authority names the service, the TCP connection the proxy.
+    let tcp = tokio::net::TcpStream::connect(&running.addr).await.unwrap();
+    let (mut h2c, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get("http://orders/ping")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let answer = h2c.send_request(request).await.unwrap();
+    assert_eq!(answer.version(), http::Version::HTTP_2);
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-gangway-attempts"], "1");
+    let body = answer.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"pong");
+
+    let unknown = via_proxy.get("http://nowhere/ping").send().await.unwrap();
+    assert_eq!(unknown.status(), 503);
+    assert_eq!(unknown.headers()["x-gangway-error"], "unknown_service");
+}
+
+#[tokio::test]
+async fn shutdown_closes_the_listener_and_finishes_the_request_in_flight() {
+    let mut running = start().await;
+    let url = format!("http://{}/slow", running.addr);
+    let in_flight = tokio::spawn(async move {
+        reqwest::Client::new()
+            .get(url)
+            .header("host", "orders")
+            .send()
+            .await?
+            .text()
+            .await
+    });
+    tokio::time::timeout(Duration::from_secs(10), running.arrived.take().unwrap())
+        .await
+        .expect("the request reached the instance")
+        .unwrap();
+    running.stop.send(true).unwrap();
+    // The listener closes at once; the request in flight still gets its answer.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(&running.addr).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the listener kept accepting"
+        );
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !in_flight.is_finished(),
+        "the slow request is still in flight"
+    );
+    running.release.take().unwrap().send(()).unwrap();
+    assert_eq!(in_flight.await.unwrap().unwrap(), "slow pong");
+    let cut = tokio::time::timeout(Duration::from_secs(10), running.served)
+        .await
+        .expect("serve returned after the drain")
+        .unwrap();
+    assert_eq!(cut, 0, "no connection was cut");
+}

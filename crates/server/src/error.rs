@@ -5,9 +5,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use gangway_core::ValidationError;
 use gangway_store::StoreError;
+use gangway_wire::{ErrorBody, ErrorCode, ErrorDetail};
 
 use crate::engine::RegistryError;
-use serde::Serialize;
 
 /// A request the registry refuses or could not carry out. Nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,21 +83,19 @@ impl ApiError {
         Self::Invalid(ValidationError::new(field, message))
     }
 
-    /// Stable code: `invalid_argument`, `not_found`, `method_not_allowed`, `conflict`,
-    /// `payload_too_large`, `warming_up`, `internal`, `uri_too_long`, `headers_too_large`,
-    /// `overloaded`.
-    pub fn code(&self) -> &'static str {
+    /// The stable code REST and the native protocol carry (docs/api.md).
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ApiError::Invalid(_) => "invalid_argument",
-            ApiError::NotFound { .. } => "not_found",
-            ApiError::Conflict { .. } => "conflict",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::PayloadTooLarge { .. } => "payload_too_large",
-            ApiError::WarmingUp => "warming_up",
-            ApiError::Store(_) => "internal",
-            ApiError::UriTooLong { .. } => "uri_too_long",
-            ApiError::HeadersTooLarge { .. } => "headers_too_large",
-            ApiError::Overloaded { .. } => "overloaded",
+            ApiError::Invalid(_) => ErrorCode::InvalidArgument,
+            ApiError::NotFound { .. } => ErrorCode::NotFound,
+            ApiError::Conflict { .. } => ErrorCode::Conflict,
+            ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            ApiError::WarmingUp => ErrorCode::WarmingUp,
+            ApiError::Store(_) => ErrorCode::Internal,
+            ApiError::UriTooLong { .. } => ErrorCode::UriTooLong,
+            ApiError::HeadersTooLarge { .. } => ErrorCode::HeadersTooLarge,
+            ApiError::Overloaded { .. } => ErrorCode::Overloaded,
         }
     }
 
@@ -117,32 +115,29 @@ impl ApiError {
         }
     }
 
-    /// HTTP status.
+    /// HTTP status: its code's ([`ErrorCode::http_status`]).
     pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
-            ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::WarmingUp => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
-            ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        StatusCode::from_u16(self.code().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// Code, message and field: what the REST body and a native `Reply` carry.
+    pub fn detail(&self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.code(),
+            message: self.message(),
+            field: self.field().map(str::to_owned),
         }
     }
 
     /// The JSON body: `{"error": {"code", "message", "field"}}`.
     pub fn json_body(&self) -> String {
-        let body = Body {
-            error: Inner {
-                code: self.code(),
-                message: self.message(),
-                field: self.field(),
-            },
-        };
-        serde_json::to_string(&body).unwrap_or_default()
+        serde_json::to_string(&self.body()).unwrap_or_default()
+    }
+
+    fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: self.detail(),
+        }
     }
 }
 
@@ -173,28 +168,9 @@ impl From<StoreError> for ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
-}
-
-#[derive(Serialize)]
-struct Inner<'a> {
-    code: &'a str,
-    message: String,
-    field: Option<&'a str>,
-}
-
 impl IntoResponse for ApiError {
     /// `{"error": {"code", "message", "field"}}` with the variant's status.
     fn into_response(self) -> Response {
-        let body = Body {
-            error: Inner {
-                code: self.code(),
-                message: self.message(),
-                field: self.field(),
-            },
-        };
-        (self.status(), Json(body)).into_response()
+        (self.status(), Json(self.body())).into_response()
     }
 }

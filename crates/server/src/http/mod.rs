@@ -1,7 +1,7 @@
 //! The REST/JSON API under `/v1/` (docs/api.md), `/metrics` and `/v1/openapi.json`.
 //! Every error leaves through [`ApiError`], including malformed JSON and query strings.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -15,9 +15,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
-use gangway_core::model::{Instance, InstanceKey, ProbeSpec, ServiceKey};
+use gangway_core::model::{Instance, InstanceKey, ServiceKey};
 use gangway_core::{View, validate};
-use serde::{Deserialize, Serialize};
+use gangway_wire::rest;
+use serde::Deserialize;
 
 use crate::config::DEFAULT_DRAIN_TIMEOUT;
 use crate::engine::{
@@ -179,12 +180,12 @@ impl Scope {
     }
 }
 
-async fn health(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
-        "status": "UP",
-        "boot_id": s.registry.boot_id(),
-        "warming_up": s.registry.warming_up(),
-    }))
+async fn health(State(s): State<AppState>) -> Json<rest::Health> {
+    Json(rest::Health {
+        status: "UP".to_owned(),
+        boot_id: s.registry.boot_id().to_owned(),
+        warming_up: s.registry.warming_up(),
+    })
 }
 
 async fn openapi() -> Response {
@@ -208,31 +209,17 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
-#[derive(Serialize)]
-struct ServiceJson {
-    namespace: String,
-    group: String,
-    service: String,
-    kind: Option<gangway_core::Kind>,
-    revision: u64,
-    instances: usize,
-    serving: usize,
-    subscribers: usize,
-    protect_threshold: f64,
-    metadata: BTreeMap<String, String>,
-}
-
-impl From<ServiceSummary> for ServiceJson {
+impl From<ServiceSummary> for rest::Service {
     fn from(s: ServiceSummary) -> Self {
-        ServiceJson {
+        rest::Service {
             namespace: s.key.namespace,
             group: s.key.group,
             service: s.key.service,
             kind: s.kind,
             revision: s.revision,
-            instances: s.instances,
-            serving: s.serving,
-            subscribers: s.subscribers,
+            instances: s.instances as u64,
+            serving: s.serving as u64,
+            subscribers: s.subscribers as u64,
             protect_threshold: s.settings.protect_threshold,
             metadata: s.settings.metadata,
         }
@@ -242,43 +229,36 @@ impl From<ServiceSummary> for ServiceJson {
 async fn list_services(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<rest::ServiceList>, ApiError> {
     for (field, value) in [("namespace", &q.namespace), ("group", &q.group)] {
         if let Some(v) = value {
             present(field, value)?;
             validate::name(field, v)?;
         }
     }
-    let services: Vec<ServiceJson> = s
+    let services = s
         .registry
         .services(q.namespace.as_deref(), q.group.as_deref())
         .into_iter()
         .map(Into::into)
         .collect();
-    Ok(Json(serde_json::json!({ "services": services })))
+    Ok(Json(rest::ServiceList { services }))
 }
 
 async fn get_service(
     State(s): State<AppState>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<ServiceJson>, ApiError> {
+) -> Result<Json<rest::Service>, ApiError> {
     Ok(Json(s.registry.service(&q.service(&name)?)?.into()))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SettingsBody {
-    protect_threshold: Option<f64>,
-    metadata: Option<BTreeMap<String, String>>,
 }
 
 async fn put_service(
     State(s): State<AppState>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-    ApiJson(body): ApiJson<SettingsBody>,
-) -> Result<Json<ServiceJson>, ApiError> {
+    ApiJson(body): ApiJson<rest::SettingsRequest>,
+) -> Result<Json<rest::Service>, ApiError> {
     let key = q.service(&name)?;
     let mut settings = s.registry.settings(&key).unwrap_or_default();
     if let Some(t) = body.protect_threshold {
@@ -291,30 +271,13 @@ async fn put_service(
     Ok(Json(s.registry.service(&key)?.into()))
 }
 
-#[derive(Serialize)]
-struct InstanceJson {
-    #[serde(flatten)]
-    instance: Instance,
-    liveness: &'static str,
-}
-
-#[derive(Serialize)]
-struct ViewJson {
-    namespace: String,
-    group: String,
-    service: String,
-    revision: u64,
-    protection_triggered: bool,
-    warming_up: bool,
-    instances: Vec<InstanceJson>,
-}
-
-fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry]) -> ViewJson {
+/// The REST view of `key` at `view`, each instance with who keeps it alive (from `entries`).
+fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry]) -> rest::View {
     let liveness: HashMap<&InstanceKey, &'static str> = entries
         .iter()
         .map(|e| (&e.instance.key, e.liveness.as_str()))
         .collect();
-    ViewJson {
+    rest::View {
         namespace: key.namespace.clone(),
         group: key.group.clone(),
         service: key.service.clone(),
@@ -326,10 +289,7 @@ fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry
             .into_iter()
             .map(|i| {
                 let liveness = liveness.get(&i.key).copied().unwrap_or("session");
-                InstanceJson {
-                    instance: i,
-                    liveness,
-                }
+                rest::Instance::from_domain(i, Some(liveness))
             })
             .collect(),
     }
@@ -340,7 +300,7 @@ async fn list_instances(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<ViewJson>, ApiError> {
+) -> Result<Json<rest::View>, ApiError> {
     let key = q.service(&name)?;
     let (revision, entries) = s.registry.entries(&key);
     if q.all && q.subscriber.is_some() {
@@ -366,35 +326,20 @@ async fn list_instances(
     Ok(Json(view_json(&s.registry, &key, view, &entries)))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RegisterBody {
-    ip: String,
-    port: u32,
-    cluster: Option<String>,
-    weight: Option<f64>,
-    #[serde(default)]
-    metadata: BTreeMap<String, String>,
-    ephemeral: Option<bool>,
-    enabled: Option<bool>,
-    ttl_ms: Option<u64>,
-    delete_timeout_ms: Option<u64>,
-    probe: Option<ProbeSpec>,
-}
-
-#[derive(Serialize)]
-struct ChangeJson {
-    revision: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    instance: Option<Instance>,
+/// An instance change's answer: the revision and the instance as it now is.
+fn change(revision: u64, instance: Instance) -> Json<rest::InstanceChange> {
+    Json(rest::InstanceChange {
+        revision,
+        instance: instance.into(),
+    })
 }
 
 async fn register(
     State(s): State<AppState>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-    ApiJson(body): ApiJson<RegisterBody>,
-) -> Result<Json<ChangeJson>, ApiError> {
+    ApiJson(body): ApiJson<rest::RegisterRequest>,
+) -> Result<Json<rest::InstanceChange>, ApiError> {
     let key = q.service(&name)?;
     validate::ip(&body.ip)?;
     let port = validate::port(body.port)?;
@@ -426,31 +371,18 @@ async fn register(
                 "only ephemeral instances have a lease",
             ));
         }
-        LivenessRequest::Probe(body.probe.unwrap_or_default())
+        LivenessRequest::Probe(body.probe.map(rest::ProbeRequest::spec).unwrap_or_default())
     };
     let (revision, instance) = s.registry.register(key, instance, liveness).await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: Some(instance),
-    }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PatchBody {
-    weight: Option<f64>,
-    metadata: Option<BTreeMap<String, String>>,
-    enabled: Option<bool>,
-    #[serde(default)]
-    force: bool,
+    Ok(change(revision, instance))
 }
 
 async fn update(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    ApiJson(body): ApiJson<PatchBody>,
-) -> Result<Json<ChangeJson>, ApiError> {
+    ApiJson(body): ApiJson<rest::PatchRequest>,
+) -> Result<Json<rest::InstanceChange>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     let patch = Patch {
         weight: body.weight,
@@ -459,10 +391,7 @@ async fn update(
         force: body.force,
     };
     let (revision, instance) = s.registry.update(&key, &instance, patch).await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: Some(instance),
-    }))
+    Ok(change(revision, instance))
 }
 
 /// The query of `DELETE .../instances/{addr}`: the scope, and `force` to remove an instance
@@ -481,7 +410,7 @@ async fn deregister(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
-) -> Result<Json<ChangeJson>, ApiError> {
+) -> Result<Json<rest::Revision>, ApiError> {
     let scope = Scope {
         namespace: q.namespace,
         group: q.group,
@@ -490,22 +419,20 @@ async fn deregister(
     };
     let (key, instance) = (scope.service(&name)?, scope.instance(&addr)?);
     let revision = s.registry.deregister(&key, &instance, q.force).await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: None,
-    }))
+    Ok(Json(rest::Revision { revision }))
 }
 
 async fn heartbeat(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<rest::HeartbeatAnswer>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     let ttl = s.registry.heartbeat(&key, &instance)?;
-    Ok(Json(
-        serde_json::json!({ "ttl_ms": ttl.as_millis() as u64, "healthy": true }),
-    ))
+    Ok(Json(rest::HeartbeatAnswer {
+        ttl_ms: ttl.as_millis() as u64,
+        healthy: true,
+    }))
 }
 
 /// An optional JSON body: empty (or only whitespace) takes `T::default()`; otherwise it must
@@ -530,64 +457,34 @@ where
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct OfflineBody {
-    #[serde(default)]
-    force: bool,
-}
-
 async fn offline(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    OptionalJson(body): OptionalJson<OfflineBody>,
-) -> Result<Json<ChangeJson>, ApiError> {
+    OptionalJson(body): OptionalJson<rest::OfflineRequest>,
+) -> Result<Json<rest::InstanceChange>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     let (revision, instance) = s
         .registry
         .set_enabled(&key, &instance, false, body.force)
         .await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: Some(instance),
-    }))
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct OnlineBody {
-    #[serde(default)]
-    wait: bool,
-    timeout_ms: Option<u64>,
+    Ok(change(revision, instance))
 }
 
 async fn online(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    OptionalJson(body): OptionalJson<OnlineBody>,
+    OptionalJson(body): OptionalJson<rest::OnlineRequest>,
 ) -> Result<Response, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     let timeout = drain_timeout(body.timeout_ms);
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {
-        return Ok(Json(ChangeJson {
-            revision,
-            instance: Some(changed),
-        })
-        .into_response());
+        return Ok(change(revision, changed).into_response());
     }
     let report = s.registry.wait_ready(&key, &instance, timeout).await?;
-    Ok(Json(report).into_response())
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct DrainBody {
-    timeout_ms: Option<u64>,
-    #[serde(default)]
-    force: bool,
+    Ok(Json(rest::DrainReport::from(report)).into_response())
 }
 
 /// A wait's timeout from `timeout_ms` (default [`DEFAULT_DRAIN_TIMEOUT`]).
@@ -601,27 +498,64 @@ async fn drain(
     State(s): State<AppState>,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    OptionalJson(body): OptionalJson<DrainBody>,
-) -> Result<Json<DrainReport>, ApiError> {
+    OptionalJson(body): OptionalJson<rest::DrainRequest>,
+) -> Result<Json<rest::DrainReport>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     let timeout = drain_timeout(body.timeout_ms);
-    Ok(Json(
-        s.registry
-            .drain(&key, &instance, timeout, body.force)
-            .await?,
-    ))
+    let report = s
+        .registry
+        .drain(&key, &instance, timeout, body.force)
+        .await?;
+    Ok(Json(report.into()))
+}
+
+// The engine's report has the shared report's fields; until it returns
+// `gangway_core::drain::DrainReport` itself (then this goes), REST and gRPC convert here.
+impl From<DrainReport> for rest::DrainReport {
+    fn from(r: DrainReport) -> Self {
+        rest::DrainReport {
+            revision: r.revision,
+            waited_ms: r.waited_ms,
+            complete: r.complete,
+            acked: r.acked,
+            laggards: r.laggards,
+            notes: r.notes,
+        }
+    }
 }
 
 async fn subscribers(
     State(s): State<AppState>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<rest::Subscribers>, ApiError> {
     let key = q.service(&name)?;
-    let rows: Vec<SubscriberRow> = s.registry.subscribers(&key);
-    Ok(Json(
-        serde_json::json!({ "revision": s.registry.view(&key).revision, "subscribers": rows }),
-    ))
+    Ok(Json(rest::Subscribers {
+        revision: s.registry.view(&key).revision,
+        subscribers: s
+            .registry
+            .subscribers(&key)
+            .into_iter()
+            .map(subscriber)
+            .collect(),
+    }))
+}
+
+fn subscriber(row: SubscriberRow) -> rest::Subscriber {
+    let kind = match row.kind {
+        SubscriberKind::Session => "session",
+        SubscriberKind::Watch => "watch",
+        SubscriberKind::Poller => "poller",
+    };
+    rest::Subscriber {
+        id: row.id,
+        address: row.address,
+        kind: kind.to_owned(),
+        client_name: Some(row.client_name),
+        acked_revision: row.acked_revision,
+        acked_at_ms: row.acked_at_ms,
+        pushed_revision: Some(row.pushed_revision),
+    }
 }
 
 /// Unsubscribes a watcher when its SSE stream is dropped (client gone).

@@ -1484,6 +1484,15 @@ async fn openapi_describes_exactly_the_routes_the_router_serves() {
             .unwrap_or_else(|| panic!("external $ref {r}"));
         assert!(spec.pointer(pointer).is_some(), "dangling $ref {r}");
     }
+
+    // The error codes are the shared enum's, all of them.
+    let codes = &spec["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]
+        ["enum"];
+    let known: Vec<Value> = gangway_wire::ErrorCode::KNOWN
+        .iter()
+        .map(|c| json!(c.as_str()))
+        .collect();
+    assert_eq!(codes, &Value::Array(known));
 }
 
 #[tokio::test]

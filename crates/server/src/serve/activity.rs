@@ -483,7 +483,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TrackedIo<T> {
         match this.activity.on_read(fresh) {
             None => Poll::Ready(Ok(())),
             Some(error) => {
-                tracing::debug!(code = error.code(), "request head refused");
+                tracing::debug!(code = %error.code(), "request head refused");
                 buf.set_filled(before);
                 this.rejection
                     .insert(Rejection::new(&error))

@@ -19,11 +19,11 @@ fn feed_all(scan: &mut Scan, bytes: &[u8]) -> Verdict {
     scan.feed(bytes, false)
 }
 
-fn code(v: &Verdict) -> &'static str {
+fn code(v: &Verdict) -> String {
     match v {
-        Verdict::Reject(e) => e.code(),
-        Verdict::Pass => "pass",
-        Verdict::Http2 => "http2",
+        Verdict::Reject(e) => e.code().to_string(),
+        Verdict::Pass => "pass".to_owned(),
+        Verdict::Http2 => "http2".to_owned(),
     }
 }
 

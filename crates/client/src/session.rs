@@ -16,12 +16,12 @@ use gangway_proto::v1 as pb;
 use gangway_proto::v1::client_message::Kind as Out;
 use gangway_proto::v1::registry_client::RegistryClient;
 use gangway_proto::v1::server_message::Kind as In;
+use gangway_wire::proto;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::subscription::CacheState;
-use crate::wire;
 use crate::{ClientConfig, Error, SessionInfo};
 
 /// What handles ask of the session task.
@@ -341,7 +341,7 @@ impl Worker {
         for service in confirmed {
             let what = format!("subscribe {service}");
             let message = Out::Subscribe(pb::Subscribe {
-                service: Some(wire::service_to_pb(&service)),
+                service: Some(proto::service_to_pb(&service)),
             });
             self.issue(message, PendingOp::Restore { what });
         }
@@ -373,8 +373,8 @@ impl Worker {
                 }
                 Request::Deregister { service, instance } => {
                     let message = Out::Deregister(pb::Deregister {
-                        service: Some(wire::service_to_pb(&service)),
-                        instance: Some(wire::instance_key_to_pb(&instance)),
+                        service: Some(proto::service_to_pb(&service)),
+                        instance: Some(proto::instance_key_to_pb(&instance)),
                     });
                     self.registrations.remove(&(service, instance));
                     self.issue(message, PendingOp::Deregister { reply });
@@ -386,8 +386,8 @@ impl Worker {
                     force,
                 } => {
                     let message = Out::Drain(pb::Drain {
-                        service: Some(wire::service_to_pb(&service)),
-                        instance: Some(wire::instance_key_to_pb(&instance)),
+                        service: Some(proto::service_to_pb(&service)),
+                        instance: Some(proto::instance_key_to_pb(&instance)),
                         timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                         force,
                     });
@@ -402,8 +402,8 @@ impl Worker {
                     timeout,
                 } => {
                     let message = Out::WaitReady(pb::WaitReady {
-                        service: Some(wire::service_to_pb(&service)),
-                        instance: Some(wire::instance_key_to_pb(&instance)),
+                        service: Some(proto::service_to_pb(&service)),
+                        instance: Some(proto::instance_key_to_pb(&instance)),
                         timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                     });
                     self.issue(message, PendingOp::WaitReady { reply });
@@ -445,7 +445,7 @@ impl Worker {
         entry.waiters.push(reply);
         if entry.waiters.len() == 1 {
             let message = Out::Subscribe(pb::Subscribe {
-                service: Some(wire::service_to_pb(&service)),
+                service: Some(proto::service_to_pb(&service)),
             });
             self.issue(message, PendingOp::Subscribe { service });
         }
@@ -465,7 +465,7 @@ impl Worker {
         if was_confirmed && self.out.is_some() {
             let what = format!("unsubscribe {service}");
             let message = Out::Unsubscribe(pb::Unsubscribe {
-                service: Some(wire::service_to_pb(service)),
+                service: Some(proto::service_to_pb(service)),
             });
             self.issue(message, PendingOp::Restore { what });
         }
@@ -521,7 +521,7 @@ impl Worker {
             return;
         }
         let message = Out::Pull(pb::Pull {
-            service: Some(wire::service_to_pb(service)),
+            service: Some(proto::service_to_pb(service)),
             known_revision,
         });
         let id = self.issue(
@@ -571,7 +571,7 @@ impl Worker {
     /// so), then acks the revision the cache holds. A delta that does not apply (the cache is
     /// older than its base) is dropped and the whole view pulled instead.
     fn on_snapshot(&mut self, snapshot: pb::Snapshot) {
-        let Some(service) = snapshot.service.as_ref().map(wire::service_from_pb) else {
+        let Some(service) = snapshot.service.as_ref().map(proto::service_from_pb) else {
             tracing::warn!("snapshot without a service");
             return;
         };
@@ -584,7 +584,7 @@ impl Worker {
                 .cache
                 .accept_delta(snapshot.base_revision, snapshot.revision)
             {
-                let view = wire::apply_delta(&entry.tx.borrow(), &snapshot);
+                let view = proto::apply_delta(&entry.tx.borrow(), &snapshot);
                 entry.tx.send_replace(Arc::new(view));
             } else if entry.cache.fresh || snapshot.revision > entry.cache.revision {
                 tracing::debug!(%service, base = snapshot.base_revision, held = entry.cache.revision, "delta does not apply: pulling the whole view");
@@ -594,7 +594,7 @@ impl Worker {
         } else if entry.cache.accept(snapshot.revision) {
             entry
                 .tx
-                .send_replace(Arc::new(wire::view_from_snapshot(&snapshot)));
+                .send_replace(Arc::new(proto::view_from_snapshot(&snapshot)));
         }
         if entry.cache.fresh {
             return; // nothing held yet: nothing to ack
@@ -602,7 +602,7 @@ impl Worker {
         // The revision the cache holds now: acking an older snapshot's own revision would be
         // harmless (the registry ignores older acks) but acking what we hold is the truth.
         let ack = Out::Ack(pb::Ack {
-            service: Some(wire::service_to_pb(&service)),
+            service: Some(proto::service_to_pb(&service)),
             revision: entry.cache.revision,
         });
         self.send(0, ack);
@@ -614,7 +614,7 @@ impl Worker {
                 key,
                 spec,
                 reply: tx,
-            } => match wire::check_reply(reply) {
+            } => match check_reply(reply) {
                 Ok(reply) => {
                     if tx.send(Ok(reply)).is_ok() {
                         self.registrations.insert(key, spec);
@@ -624,8 +624,8 @@ impl Worker {
                         let (service, instance) = key;
                         let what = format!("undo abandoned register {instance} in {service}");
                         let message = Out::Deregister(pb::Deregister {
-                            service: Some(wire::service_to_pb(&service)),
-                            instance: Some(wire::instance_key_to_pb(&instance)),
+                            service: Some(proto::service_to_pb(&service)),
+                            instance: Some(proto::instance_key_to_pb(&instance)),
                         });
                         self.issue(message, PendingOp::Restore { what });
                     }
@@ -637,17 +637,17 @@ impl Worker {
             PendingOp::Deregister { reply: tx }
             | PendingOp::Drain { reply: tx }
             | PendingOp::WaitReady { reply: tx } => {
-                let _ = tx.send(wire::check_reply(reply));
+                let _ = tx.send(check_reply(reply));
             }
-            PendingOp::Subscribe { service } => self.subscribed(&service, wire::check_reply(reply)),
+            PendingOp::Subscribe { service } => self.subscribed(&service, check_reply(reply)),
             PendingOp::Restore { what } => {
-                if let Err(e) = wire::check_reply(reply) {
+                if let Err(e) = check_reply(reply) {
                     tracing::warn!(%what, error = %e, "gangway restore request failed");
                 }
             }
             PendingOp::Pull { service } => {
                 self.pull_done(&service);
-                match wire::check_reply(reply) {
+                match check_reply(reply) {
                     Ok(_) => {} // not modified
                     Err(e) => tracing::debug!(%service, error = %e, "pull refused"),
                 }
@@ -684,12 +684,20 @@ impl Worker {
     }
 }
 
+/// `Ok(reply)` for a success, the registry's refusal ([`Error::Rejected`]) otherwise.
+fn check_reply(reply: pb::Reply) -> Result<pb::Reply, Error> {
+    match proto::rejection(&reply) {
+        Some(refusal) => Err(refusal.into()),
+        None => Ok(reply),
+    }
+}
+
 fn register_message(service: &ServiceKey, instance: &InstanceKey, spec: &RegisterSpec) -> Out {
     Out::Register(pb::Register {
-        service: Some(wire::service_to_pb(service)),
-        instance: Some(wire::instance_key_to_pb(instance)),
+        service: Some(proto::service_to_pb(service)),
+        instance: Some(proto::instance_key_to_pb(instance)),
         weight: Some(spec.weight),
-        metadata: wire::metadata_to_pb(&spec.metadata),
+        metadata: proto::metadata_to_pb(&spec.metadata),
     })
 }
 

@@ -7,15 +7,14 @@
 //! they are the registry's error shape, `{"error": {"code", "message", "field"}}`, on stdout
 //! instead, with the same exit status.
 //!
-//! Layout: [`Command`] lists the subcommands; each group lives in `commands/`, the typed HTTP
-//! client in `api`, rendering in `output`, argument parsers in `args`.
+//! Layout: [`Command`] lists the subcommands; each group lives in `commands/`, rendering in
+//! `output`, argument parsers in `args`; the typed REST client is `gangway_wire::client`.
 
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-mod api;
 mod args;
 mod commands;
 mod demo;
@@ -24,7 +23,6 @@ mod instance_env;
 mod output;
 mod run;
 mod server;
-mod sse;
 
 use commands::{Context, drain, list, register, watch};
 use error::{CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_json};

@@ -98,7 +98,7 @@ pub async fn offline(ctx: &Context, args: OfflineArgs) -> Outcome {
     if args.wait {
         return run_drain(ctx, &instance, args.timeout, args.force).await;
     }
-    let reply = ctx.registry.offline(&instance, args.force).await?;
+    let reply = ctx.registry.offline(&instance.to_ref(), args.force).await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {
@@ -115,7 +115,10 @@ pub async fn offline(ctx: &Context, args: OfflineArgs) -> Outcome {
 pub async fn online(ctx: &Context, args: OnlineArgs) -> Outcome {
     let instance = args.instance.resolve()?;
     if args.wait {
-        let reply = ctx.registry.online_wait(&instance, args.timeout).await?;
+        let reply = ctx
+            .registry
+            .online_wait(&instance.to_ref(), args.timeout)
+            .await?;
         let report = reply.parse()?;
         if ctx.json {
             output::emit_json(&reply.body)?;
@@ -128,7 +131,7 @@ pub async fn online(ctx: &Context, args: OnlineArgs) -> Outcome {
         }
         return complete_or_timeout(report.complete);
     }
-    let reply = ctx.registry.online(&instance).await?;
+    let reply = ctx.registry.online(&instance.to_ref()).await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {
@@ -147,7 +150,7 @@ pub async fn drain(ctx: &Context, args: DrainArgs) -> Outcome {
 }
 
 async fn run_drain(ctx: &Context, inst: &InstanceArgs, timeout: Duration, force: bool) -> Outcome {
-    let reply = ctx.registry.drain(inst, timeout, force).await?;
+    let reply = ctx.registry.drain(&inst.to_ref(), timeout, force).await?;
     let report = reply.parse()?;
     if ctx.json {
         output::emit_json(&reply.body)?;

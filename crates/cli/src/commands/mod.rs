@@ -4,7 +4,8 @@
 
 use std::process::ExitCode;
 
-use crate::api::{ApiError, Registry};
+use gangway_wire::client::{RestClient, RestError};
+
 use crate::error::{CliError, EXIT_OK};
 
 pub mod drain;
@@ -16,7 +17,7 @@ pub mod watch;
 #[derive(Debug, Clone)]
 pub struct Context {
     /// Client of the registry named by `--server`.
-    pub registry: Registry,
+    pub registry: RestClient,
     /// `--json`: print raw JSON answers instead of tables.
     pub json: bool,
 }
@@ -26,11 +27,11 @@ pub type Outcome = Result<ExitCode, CliError>;
 
 impl Context {
     /// A context for the registry at `server` (`host:port`).
-    pub fn new(server: &str, json: bool) -> Result<Self, ApiError> {
-        Ok(Self {
-            registry: Registry::new(server)?,
-            json,
-        })
+    pub fn new(server: &str, json: bool) -> Result<Self, RestError> {
+        let registry = RestClient::builder(server)
+            .user_agent(concat!("gangway-cli/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self { registry, json })
     }
 }
 

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::api::{Instance, ServiceSummary, Subscriber, SubscriberAck};
+use gangway_wire::rest::{Service, Subscriber, SubscriberAck};
 
 fn inst(ip: &str, port: u16, healthy: bool) -> Instance {
     Instance {
@@ -95,7 +95,7 @@ ADDRESS      CLUSTER  WEIGHT  HEALTHY  ENABLED  EPHEMERAL  METADATA
 #[test]
 fn services_table_shows_counts_and_a_dash_for_no_kind() {
     let list = ServiceList {
-        services: vec![ServiceSummary {
+        services: vec![Service {
             namespace: "public".into(),
             group: "DEFAULT_GROUP".into(),
             service: "orders".into(),
@@ -105,6 +105,7 @@ fn services_table_shows_counts_and_a_dash_for_no_kind() {
             serving: 1,
             subscribers: 4,
             protect_threshold: 0.5,
+            metadata: BTreeMap::new(),
         }],
     };
     let expected = "\

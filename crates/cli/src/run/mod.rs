@@ -375,7 +375,7 @@ async fn lifecycle(
                     readiness.set(ReadyState::Ready);
                     events.emit("ready", &[
                         ("revision", report.revision.into()),
-                        ("waited_ms", (report.waited.as_millis() as u64).into()),
+                        ("waited_ms", report.waited_ms.into()),
                         ("acked", report.acked.len().into()),
                     ]);
                 }
@@ -439,7 +439,7 @@ async fn shut_down(
                 "drained",
                 &[
                     ("revision", report.revision.into()),
-                    ("waited_ms", (report.waited.as_millis() as u64).into()),
+                    ("waited_ms", report.waited_ms.into()),
                     ("complete", report.complete.into()),
                     ("acked", report.acked.len().into()),
                     ("laggards", laggards(&report)),

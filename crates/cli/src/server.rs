@@ -25,7 +25,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "./gangway-data", value_name = "DIR")]
     pub data_dir: PathBuf,
     /// HTTP/2 keepalive ping interval on sessions.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub keepalive_interval: Duration,
     /// A session whose peer does not answer a ping within this ends (frozen client).
     #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
@@ -43,7 +43,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
     pub offline_mark_expiry: Duration,
     /// Re-send an unacked push after this long.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub resend_interval: Duration,
     /// A jump of the registry's own clock by more than this between two ticks (200 ms apart)
     /// is its own stall (SIGSTOP, VM pause): leases are extended and expiry waits.

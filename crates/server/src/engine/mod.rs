@@ -38,8 +38,8 @@ mod leases;
 mod probe;
 mod service;
 mod sessions;
-mod state;
 mod shutdown;
+mod state;
 mod subscribers;
 #[cfg(test)]
 mod tests;

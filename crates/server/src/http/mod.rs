@@ -19,7 +19,6 @@ use gangway_core::model::{Instance, InstanceKey, ProbeSpec, ServiceKey};
 use gangway_core::{View, validate};
 use serde::{Deserialize, Serialize};
 
-use crate::config::DEFAULT_DRAIN_TIMEOUT;
 use crate::engine::{
     DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo,
     SubscriberKind, SubscriberRow,
@@ -569,7 +568,7 @@ async fn online(
     OptionalJson(body): OptionalJson<OnlineBody>,
 ) -> Result<Response, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let timeout = drain_timeout(body.timeout_ms);
+    let timeout = drain_timeout(&s.registry, body.timeout_ms);
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {
         return Ok(Json(ChangeJson {
@@ -590,11 +589,11 @@ struct DrainBody {
     force: bool,
 }
 
-/// A wait's timeout from `timeout_ms` (default [`DEFAULT_DRAIN_TIMEOUT`]).
-fn drain_timeout(timeout_ms: Option<u64>) -> Duration {
+/// A wait's timeout from `timeout_ms` (default: the server's `Config::drain_timeout`).
+fn drain_timeout(registry: &Registry, timeout_ms: Option<u64>) -> Duration {
     timeout_ms
         .map(Duration::from_millis)
-        .unwrap_or(DEFAULT_DRAIN_TIMEOUT)
+        .unwrap_or(registry.config().drain_timeout)
 }
 
 async fn drain(
@@ -604,7 +603,7 @@ async fn drain(
     OptionalJson(body): OptionalJson<DrainBody>,
 ) -> Result<Json<DrainReport>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let timeout = drain_timeout(body.timeout_ms);
+    let timeout = drain_timeout(&s.registry, body.timeout_ms);
     Ok(Json(
         s.registry
             .drain(&key, &instance, timeout, body.force)

@@ -223,6 +223,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let store = gangway_store_redb::RedbStore::open(&args.data_dir)
         .with_context(|| format!("data dir {}", args.data_dir.display()))?;
     let server = gangway_server::start(config.clone(), Arc::new(store), http, grpc).await?;
+    // The ports answer health (503 LOADING) while the store loads; the line below says that
+    // everything is served.
+    server.loaded().await?;
     let (http_max, grpc_max) = server.max_connections;
     println!(
         "gangway server {} listening: http={} grpc={} data-dir={} warm-up={} \

@@ -170,6 +170,11 @@ impl pb::registry_server::Registry for SessionService {
         &self,
         request: Request<Streaming<pb::ClientMessage>>,
     ) -> Result<Response<SessionStream>, Status> {
+        if self.registry.is_loading() {
+            return Err(Status::unavailable(
+                "the registry is loading its store; retry shortly",
+            ));
+        }
         let peer = request
             .remote_addr()
             .map(|a: SocketAddr| a.to_string())

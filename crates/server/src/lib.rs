@@ -88,8 +88,8 @@ pub async fn start(
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);
     let connection_metrics = serve::ConnectionMetrics::register(&mut prometheus);
-    let registry =
-        Registry::start(store, config.clone(), metrics).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The ports answer their health checks while the store loads.
+    let registry = Registry::start_loading(store, config.clone(), metrics);
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
 
@@ -98,8 +98,12 @@ pub async fn start(
         config.nacos.detect_after,
         config.nacos.detect_timeout,
     );
-    let router =
-        http::router(registry.clone(), prometheus).merge(nacos::http::router(nacos.clone()));
+    let router = http::router(registry.clone(), prometheus)
+        .merge(nacos::http::router(nacos.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            registry.clone(),
+            http::loading::gate,
+        ));
     let (nacos_request, nacos_bi_stream) = nacos::grpc::services(nacos.clone());
     let grpc_router =
         tonic::service::Routes::new(grpc::SessionService::new(registry.clone()).into_server())
@@ -136,6 +140,7 @@ pub async fn start(
 
 /// [`start`] on `127.0.0.1:0` for both ports with durable state in memory: for tests, the lab
 /// and embedding. Errors: as [`start`], or a loopback port cannot be bound.
+/// Returns once the (empty) store is loaded, so the server answers everything at once.
 pub async fn start_in_memory(config: Config) -> anyhow::Result<RunningServer> {
     let http = TcpListener::bind("127.0.0.1:0")
         .await
@@ -143,18 +148,35 @@ pub async fn start_in_memory(config: Config) -> anyhow::Result<RunningServer> {
     let grpc = TcpListener::bind("127.0.0.1:0")
         .await
         .context("bind gRPC 127.0.0.1:0")?;
-    start(config, Arc::new(MemoryStore::default()), http, grpc).await
+    let server = start(config, Arc::new(MemoryStore::default()), http, grpc).await?;
+    server.loaded().await?;
+    Ok(server)
 }
 
 impl RunningServer {
-    /// Serves until the server stops by itself, which only an internal failure (a panicked
-    /// accept loop) makes it do.
+    /// Serves until the server stops by itself, which only an internal failure makes it do: a
+    /// store that could not be loaded, or a panicked accept loop.
     pub async fn wait(mut self) -> anyhow::Result<()> {
+        let load_failed = async {
+            match self.registry.loaded().await {
+                Err(e) => e,
+                Ok(()) => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            e = load_failed => anyhow::bail!("the store could not be loaded: {e}"),
             _ = self.http.ended() => {}
             _ = self.grpc.ended() => {}
         }
         anyhow::bail!("a listener stopped serving")
+    }
+
+    /// Resolves when the store is loaded; errors when it could not be.
+    pub async fn loaded(&self) -> anyhow::Result<()> {
+        self.registry
+            .loaded()
+            .await
+            .map_err(|e| anyhow::anyhow!("the store could not be loaded: {e}"))
     }
 
     /// Stops within [`Config::shutdown_timeout`]: stops accepting on both ports; holds back

@@ -27,6 +27,7 @@ use super::{Liveness, Registry};
 /// Why snapshots are held back; pushes flow when none is set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Holds {
+    pub(crate) loading: bool,
     pub(crate) warmup: bool,
     pub(crate) recovery: bool,
     pub(crate) shutdown: bool,
@@ -34,7 +35,7 @@ pub(crate) struct Holds {
 
 impl Holds {
     pub(crate) fn any(self) -> bool {
-        self.warmup || self.recovery || self.shutdown
+        self.loading || self.warmup || self.recovery || self.shutdown
     }
 }
 
@@ -61,6 +62,11 @@ impl StallClock {
                 epoch: 0,
             }),
         }
+    }
+
+    /// Starts the clock again at `now` (after loading the store, which is no stall).
+    pub(crate) fn reset(&self, now: Instant) {
+        self.lock().last_seen = now;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {

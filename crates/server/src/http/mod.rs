@@ -178,12 +178,20 @@ impl Scope {
     }
 }
 
-async fn health(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
-        "status": "UP",
+/// `UP` (200), or `LOADING` (503) while the store is read at start.
+async fn health(State(s): State<AppState>) -> Response {
+    let loading = s.registry.is_loading();
+    let body = Json(serde_json::json!({
+        "status": if loading { "LOADING" } else { "UP" },
         "boot_id": s.registry.boot_id(),
         "warming_up": s.registry.warming_up(),
-    }))
+        "loading": loading,
+    }));
+    if loading {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    } else {
+        body.into_response()
+    }
 }
 
 async fn openapi() -> Response {
@@ -676,6 +684,8 @@ async fn watch(
         });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
 }
+
+pub mod loading;
 
 #[cfg(test)]
 mod tests;

@@ -330,6 +330,7 @@ impl pb::request_server::Request for NacosGrpc {
         &self,
         request: tonic::Request<pb::Payload>,
     ) -> Result<tonic::Response<pb::Payload>, Status> {
+        refuse_while_loading(&self.nacos)?;
         let peer = request.remote_addr();
         let reply = self.nacos.unary(peer, request.into_inner()).await;
         Ok(tonic::Response::new(reply))
@@ -344,6 +345,7 @@ impl pb::bi_request_stream_server::BiRequestStream for NacosGrpc {
         &self,
         request: tonic::Request<Streaming<pb::Payload>>,
     ) -> Result<tonic::Response<BiStream>, Status> {
+        refuse_while_loading(&self.nacos)?;
         let peer = request
             .remote_addr()
             .ok_or_else(|| Status::internal("no peer address"))?;
@@ -354,6 +356,16 @@ impl pb::bi_request_stream_server::BiRequestStream for NacosGrpc {
             ReceiverStream::new(rx).map(Ok),
         )))
     }
+}
+
+/// UNAVAILABLE while the registry loads its store (Nacos SDKs retry their server check).
+fn refuse_while_loading(nacos: &Nacos) -> Result<(), Status> {
+    if nacos.registry().is_loading() {
+        return Err(Status::unavailable(
+            "the registry is loading its store; retry shortly",
+        ));
+    }
+    Ok(())
 }
 
 fn body_of(p: &pb::Payload) -> Option<Value> {

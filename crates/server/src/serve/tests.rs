@@ -594,7 +594,9 @@ async fn a_grpc_connection_without_the_preface_is_closed_after_the_handshake_tim
 async fn start_on(config: Config, store: Arc<dyn gangway_store::Store>) -> crate::RunningServer {
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    crate::start(config, store, http, grpc).await.unwrap()
+    let server = crate::start(config, store, http, grpc).await.unwrap();
+    server.loaded().await.unwrap();
+    server
 }
 
 #[tokio::test]

@@ -352,8 +352,17 @@ impl pb::bi_request_stream_server::BiRequestStream for NacosGrpc {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(OUTBOUND);
         tokio::spawn(self.nacos.clone().run_stream(peer, inbound, tx));
+        // The stream ends in an error, never with OK: the Python SDK (3.2.0) reconnects only
+        // when its stream iterator raises; a stream that ends cleanly (the server stopping, a
+        // connection closed by detection) left it talking to a registry that no longer knew
+        // its connection, for good.
+        let ended = futures::stream::once(async {
+            Err(Status::unavailable(
+                "the registry ended this connection; reconnect",
+            ))
+        });
         Ok(tonic::Response::new(Box::pin(
-            ReceiverStream::new(rx).map(Ok),
+            ReceiverStream::new(rx).map(Ok).chain(ended),
         )))
     }
 }

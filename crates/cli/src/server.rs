@@ -76,6 +76,10 @@ pub struct ServerArgs {
     /// After such a stall, hold back snapshots and expiry this long while sessions reconnect.
     #[arg(long, default_value_t = Dur(config::DEFAULT_STALL_RECOVERY), value_name = "DURATION")]
     pub stall_recovery: Dur,
+    /// An instance whose session ended during that recovery stays this long for its client to
+    /// register it again (Nacos SDKs redo 14-28 s after the resume).
+    #[arg(long, default_value_t = Dur(config::DEFAULT_STALL_GRACE), value_name = "DURATION")]
+    pub stall_grace: Dur,
     /// A drain or readiness wait that gives no timeout of its own waits at most this.
     #[arg(long, default_value_t = Dur(config::DEFAULT_DRAIN_TIMEOUT), value_name = "DURATION")]
     pub drain_timeout: Dur,
@@ -160,6 +164,7 @@ impl ServerArgs {
         c.resend_interval = self.resend_interval.0;
         c.stall_threshold = self.stall_threshold.0;
         c.stall_recovery = self.stall_recovery.0;
+        c.stall_grace = self.stall_grace.0;
         c.drain_timeout = self.drain_timeout.0;
         c.shutdown_timeout = self.shutdown_timeout.0;
         c.connections.http_header_timeout = self.http_header_timeout.0;

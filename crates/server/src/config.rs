@@ -44,6 +44,11 @@ pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(2);
 /// Default stall recovery: after a stall, snapshots are held back and expiry waits this long
 /// while sessions reconnect and re-register (the same as the start-up warm-up): 5 s.
 pub const DEFAULT_STALL_RECOVERY: Duration = Duration::from_secs(5);
+/// Default stall grace: an instance whose session ended during a stall recovery stays this long
+/// (from the session's end) for its client to register it again: 60 s. Nacos SDKs reconnect
+/// and redo their registrations 14-28 s after the registry resumes (measured with the Python
+/// SDK: its 5 s health check, reconnect, then the 3 s redo timer), well past the recovery.
+pub const DEFAULT_STALL_GRACE: Duration = Duration::from_secs(60);
 /// Default shortest time between two whole-view pushes to one subscriber (Nacos SDKs, SSE
 /// watchers): 100 ms. The first push after a quiet spell goes at once; under churn a
 /// subscriber gets the latest view at most every 100 ms instead of every revision (Nacos merges
@@ -93,6 +98,9 @@ pub struct Config {
     /// After a stall, snapshots are held back and expiry waits this long (default
     /// [`DEFAULT_STALL_RECOVERY`]).
     pub stall_recovery: Duration,
+    /// An instance whose session ended during a stall recovery stays in grace this long for
+    /// its client to register it again (default [`DEFAULT_STALL_GRACE`], 60 s; 0-1 h).
+    pub stall_grace: Duration,
     /// Shortest time between two whole-view pushes to one subscriber (default
     /// [`DEFAULT_FULL_PUSH_INTERVAL`]).
     pub full_push_interval: Duration,
@@ -225,6 +233,7 @@ impl Default for Config {
             poller_expiry: DEFAULT_POLLER_EXPIRY,
             stall_threshold: DEFAULT_STALL_THRESHOLD,
             stall_recovery: DEFAULT_STALL_RECOVERY,
+            stall_grace: DEFAULT_STALL_GRACE,
             full_push_interval: DEFAULT_FULL_PUSH_INTERVAL,
             delta_push_interval: DEFAULT_DELTA_PUSH_INTERVAL,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
@@ -298,6 +307,7 @@ impl Config {
             ("poller_expiry", self.poller_expiry, s(1), hour),
             ("stall_threshold", self.stall_threshold, ms(400), hour),
             ("stall_recovery", self.stall_recovery, Duration::ZERO, hour),
+            ("stall_grace", self.stall_grace, Duration::ZERO, hour),
             (
                 "full_push_interval",
                 self.full_push_interval,

@@ -227,6 +227,10 @@ fn protect_threshold_is_a_ratio() {
     assert_eq!(protect_threshold(1.0), Ok(()));
     assert!(protect_threshold(1.01).is_err());
     assert!(protect_threshold(-0.1).is_err());
+    assert!(protect_threshold(-0.0).is_err());
+    assert!(protect_threshold(f64::MIN_POSITIVE / 2.0).is_err());
+    assert!(protect_threshold(f64::NAN).is_err());
+    assert_eq!(protect_threshold(f64::MIN_POSITIVE), Ok(()));
 }
 
 proptest! {

@@ -63,8 +63,13 @@ pub enum Liveness {
     /// Persistent, probed by the registry.
     Probe(ProbeSpec),
     /// Ephemeral, its session ended while the registry recovered from its own stall: kept,
-    /// owned by nobody, until a session registers it again or the recovery ends (then removed).
-    Grace,
+    /// owned by nobody, until a session registers it again or `until` passes (then removed):
+    /// the session's end plus [`Config::stall_grace`](crate::Config::stall_grace), moved on by
+    /// a later stall as leases are.
+    Grace {
+        /// When the instance goes if no session registered it again.
+        until: Instant,
+    },
 }
 
 impl Liveness {
@@ -74,7 +79,7 @@ impl Liveness {
             Liveness::Session(_) => "session",
             Liveness::Lease(_) => "lease",
             Liveness::Probe(_) => "probe",
-            Liveness::Grace => "grace",
+            Liveness::Grace { .. } => "grace",
         }
     }
 }
@@ -122,8 +127,15 @@ pub struct Patch {
     pub weight: Option<f64>,
     /// New metadata (replaces the map).
     pub metadata: Option<BTreeMap<String, String>>,
-    /// Offline (`false`) or online (`true`), with the durable offline mark.
+    /// Offline (`false`) or online (`true`), with the durable offline mark: an operator's
+    /// offline survives re-registration of the same address and registry restarts, until
+    /// online (Nacos `enabled=false` semantics).
     pub enabled: Option<bool>,
+    /// With `enabled: Some(false)`: the offline lasts only until the instance leaves
+    /// (deregistered, lease expired, session closed), held in memory, not in the store, so a
+    /// restarted process on the same address serves again. What a drain sets (default false:
+    /// the durable mark). Never weakens a durable mark already there.
+    pub until_gone: bool,
     /// Apply even when the change takes the last instance out of the consumer view (default
     /// false: such a change is refused with 409).
     pub force: bool,
@@ -140,7 +152,8 @@ pub struct ServiceSummary {
     pub revision: u64,
     /// All instances.
     pub instances: usize,
-    /// Instances in the consumer view.
+    /// Serving instances: enabled, healthy, weight > 0 (as `/metrics` counts them; while the
+    /// protect threshold fires the consumer view also holds the unhealthy enabled ones).
     pub serving: usize,
     /// Live subscribers.
     pub subscribers: usize,
@@ -183,7 +196,7 @@ fn summary(s: &service::ServiceEntry) -> ServiceSummary {
         kind: s.kind(),
         revision: s.revision,
         instances: s.instances.len(),
-        serving: s.serving(),
+        serving: s.tally().serving,
         subscribers: s.subscribers.len(),
         settings: s.settings.clone(),
     }
@@ -292,6 +305,7 @@ impl Registry {
                     MarkEntry {
                         mark,
                         gone_since: Some(now),
+                        until_gone: false,
                     },
                 );
             }

@@ -463,6 +463,7 @@ async fn update(
         weight: body.weight,
         metadata: body.metadata,
         enabled: body.enabled,
+        until_gone: false,
         force: body.force,
     };
     let (revision, instance) = s.registry.update(&key, &instance, patch).await?;

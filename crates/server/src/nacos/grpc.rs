@@ -614,10 +614,13 @@ impl Nacos {
                 if r.subscribe.unwrap_or(true) {
                     self.subscribe(conn, session, &service, &clusters, peer)?;
                     // Subscribed, but no partial view in the answer while the registry warms
-                    // up: the push after the warm-up brings the whole one, and the SDK's redo
-                    // asks again.
+                    // up: an empty host list, which the Python, Go and Rust SDKs ignore (their
+                    // cache stays; nacos.md 3.6) and which does not raise in the application
+                    // as an error answer would. The push after the warm-up brings the view.
                     if registry.warming_up() {
-                        return Err(ApiError::WarmingUp.into());
+                        let (_, mut info) = self.service_info(&service, &clusters, false, false);
+                        info.hosts.clear();
+                        return Ok(("SubscribeServiceResponse", json!({"serviceInfo": info})));
                     }
                 } else {
                     let sub = conn.lock().subs.remove(&service);

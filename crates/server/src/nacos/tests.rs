@@ -23,11 +23,15 @@ use crate::engine::Registry;
 use crate::metrics::Metrics;
 
 fn registry() -> Registry {
+    registry_with(Config::for_tests())
+}
+
+fn registry_with(config: Config) -> Registry {
     let mut prom = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut prom);
     Registry::start(
         Arc::new(gangway_store::MemoryStore::default()),
-        Config::for_tests(),
+        config,
         metrics,
     )
     .expect("registry starts")
@@ -557,6 +561,31 @@ async fn grpc_register_subscribe_push_ack_and_connection_end() {
         registry.view(&key).instances.is_empty() && registry.subscribers(&key).is_empty()
     })
     .await;
+}
+
+/// A subscribe during the warm-up is answered (an error would raise in the application, as
+/// the Python SDK does) with an empty host list, which the SDKs leave their cache alone for.
+#[tokio::test]
+async fn grpc_subscribe_during_the_warm_up_succeeds_with_no_hosts() {
+    let config = Config {
+        warmup: Duration::from_secs(3600),
+        ..Config::for_tests()
+    };
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    assert!(g.registry.warming_up());
+    let (_tx, _inbound) = g.setup().await;
+    register_one(&g).await;
+    let reply = g
+        .unary(
+            "SubscribeServiceRequest",
+            json!({"requestId": "s", "serviceName": "orders", "groupName": "DEFAULT_GROUP",
+                   "subscribe": true, "clusters": ""}),
+        )
+        .await;
+    assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
+    assert_eq!(body(&reply)["resultCode"], 200);
+    assert_eq!(body(&reply)["serviceInfo"]["hosts"], json!([]));
+    assert_eq!(g.registry.subscribers(&ServiceKey::named("orders")).len(), 1);
 }
 
 #[tokio::test]

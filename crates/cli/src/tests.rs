@@ -447,6 +447,20 @@ fn server_flags_out_of_range_are_usage_errors() {
     assert_eq!(
         err.to_string(),
         "--keepalive-timeout must be 100ms-60m, got 0ms; --lease-ttl must be 100ms-1440m, got \
-         1500m; --lease-delete-timeout (30s) must be at least --lease-ttl (1500m)"
+         1500m; --lease-delete-timeout must be at least --lease-ttl (1500m), got 30s"
     );
+}
+
+/// Every `gangway server` flag's default is the server configuration's own (no second copy of
+/// a default as text: one drifted once).
+#[test]
+fn server_flag_defaults_are_the_config_defaults() {
+    use clap::Parser;
+    let cli = crate::Cli::try_parse_from(["gangway", "server"]).unwrap();
+    let crate::Command::Server(args) = cli.command else {
+        panic!("parsed as a server command")
+    };
+    let c = args.config().unwrap();
+    let d = gangway_server::Config::default();
+    assert_eq!(format!("{:?}", c), format!("{:?}", d));
 }

@@ -80,7 +80,7 @@ impl Registry {
             config.liveness.lease_ttl = ttl;
             config.liveness.lease_delete_timeout = ttl * 2;
         }
-        let server = gangway_server::start(config)
+        let server = gangway_server::start_in_memory(config)
             .await
             .context("start the registry")?;
         Ok(Self {

@@ -19,7 +19,6 @@ use gangway_core::model::{Instance, InstanceKey, ProbeSpec, ServiceKey};
 use gangway_core::{View, validate};
 use serde::{Deserialize, Serialize};
 
-use crate::config::DEFAULT_DRAIN_TIMEOUT;
 use crate::engine::{
     DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo,
     SubscriberKind, SubscriberRow,
@@ -179,12 +178,20 @@ impl Scope {
     }
 }
 
-async fn health(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
-        "status": "UP",
+/// `UP` (200), or `LOADING` (503) while the store is read at start.
+async fn health(State(s): State<AppState>) -> Response {
+    let loading = s.registry.is_loading();
+    let body = Json(serde_json::json!({
+        "status": if loading { "LOADING" } else { "UP" },
         "boot_id": s.registry.boot_id(),
         "warming_up": s.registry.warming_up(),
-    }))
+        "loading": loading,
+    }));
+    if loading {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    } else {
+        body.into_response()
+    }
 }
 
 async fn openapi() -> Response {
@@ -456,6 +463,7 @@ async fn update(
         weight: body.weight,
         metadata: body.metadata,
         enabled: body.enabled,
+        until_gone: false,
         force: body.force,
     };
     let (revision, instance) = s.registry.update(&key, &instance, patch).await?;
@@ -569,7 +577,7 @@ async fn online(
     OptionalJson(body): OptionalJson<OnlineBody>,
 ) -> Result<Response, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let timeout = drain_timeout(body.timeout_ms);
+    let timeout = drain_timeout(&s.registry, body.timeout_ms);
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {
         return Ok(Json(ChangeJson {
@@ -590,11 +598,11 @@ struct DrainBody {
     force: bool,
 }
 
-/// A wait's timeout from `timeout_ms` (default [`DEFAULT_DRAIN_TIMEOUT`]).
-fn drain_timeout(timeout_ms: Option<u64>) -> Duration {
+/// A wait's timeout from `timeout_ms` (default: the server's `Config::drain_timeout`).
+fn drain_timeout(registry: &Registry, timeout_ms: Option<u64>) -> Duration {
     timeout_ms
         .map(Duration::from_millis)
-        .unwrap_or(DEFAULT_DRAIN_TIMEOUT)
+        .unwrap_or(registry.config().drain_timeout)
 }
 
 async fn drain(
@@ -604,7 +612,7 @@ async fn drain(
     OptionalJson(body): OptionalJson<DrainBody>,
 ) -> Result<Json<DrainReport>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let timeout = drain_timeout(body.timeout_ms);
+    let timeout = drain_timeout(&s.registry, body.timeout_ms);
     Ok(Json(
         s.registry
             .drain(&key, &instance, timeout, body.force)
@@ -677,6 +685,8 @@ async fn watch(
         });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
 }
+
+pub mod loading;
 
 #[cfg(test)]
 mod tests;

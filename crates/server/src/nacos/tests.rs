@@ -23,11 +23,15 @@ use crate::engine::Registry;
 use crate::metrics::Metrics;
 
 fn registry() -> Registry {
+    registry_with(Config::for_tests())
+}
+
+fn registry_with(config: Config) -> Registry {
     let mut prom = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut prom);
     Registry::start(
         Arc::new(gangway_store::MemoryStore::default()),
-        Config::for_tests(),
+        config,
         metrics,
     )
     .expect("registry starts")
@@ -559,6 +563,31 @@ async fn grpc_register_subscribe_push_ack_and_connection_end() {
     .await;
 }
 
+/// A subscribe during the warm-up is answered (an error would raise in the application, as
+/// the Python SDK does) with an empty host list, which the SDKs leave their cache alone for.
+#[tokio::test]
+async fn grpc_subscribe_during_the_warm_up_succeeds_with_no_hosts() {
+    let config = Config {
+        warmup: Duration::from_secs(3600),
+        ..Config::for_tests()
+    };
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    assert!(g.registry.warming_up());
+    let (_tx, _inbound) = g.setup().await;
+    register_one(&g).await;
+    let reply = g
+        .unary(
+            "SubscribeServiceRequest",
+            json!({"requestId": "s", "serviceName": "orders", "groupName": "DEFAULT_GROUP",
+                   "subscribe": true, "clusters": ""}),
+        )
+        .await;
+    assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
+    assert_eq!(body(&reply)["resultCode"], 200);
+    assert_eq!(body(&reply)["serviceInfo"]["hosts"], json!([]));
+    assert_eq!(g.registry.subscribers(&ServiceKey::named("orders")).len(), 1);
+}
+
 #[tokio::test]
 async fn grpc_refusals_are_error_responses() {
     let g = grpc().await;
@@ -625,7 +654,11 @@ async fn grpc_client_detection_keeps_answering_clients_and_closes_silent_ones() 
     let probe = inbound.message().await.unwrap().unwrap();
     assert_eq!(ty(&probe), "ClientDetectionRequest");
     let ended = tokio::time::timeout(Duration::from_secs(5), inbound.message()).await;
-    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "{ended:?}");
+    // An error, not a clean end: the Python SDK reconnects only when its stream raises.
+    match ended {
+        Ok(Err(status)) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status}"),
+        other => panic!("the stream must end in UNAVAILABLE, got {other:?}"),
+    }
     let registry = g.registry.clone();
     eventually(|| registry.view(&key).instances.is_empty()).await;
     drop(tx);
@@ -646,7 +679,11 @@ async fn grpc_shutdown_resets_connections_and_ends_streams() {
             .contains("_127.0.0.1_")
     );
     let ended = tokio::time::timeout(Duration::from_secs(5), inbound.message()).await;
-    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "{ended:?}");
+    // An error, not a clean end: the Python SDK reconnects only when its stream raises.
+    match ended {
+        Ok(Err(status)) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status}"),
+        other => panic!("the stream must end in UNAVAILABLE, got {other:?}"),
+    }
     let registry = g.registry.clone();
     eventually(|| {
         registry

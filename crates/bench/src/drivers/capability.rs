@@ -27,6 +27,18 @@ pub trait SystemKind: Send + Sync + 'static {
 /// The system `Self` answers driver `D`'s protocol.
 pub trait Serves<D: Driver>: SystemKind {}
 
+/// Declares a driver: `driver!(EtcdPut = "put", served by OnEtcd)` implements [`Driver`] with
+/// that name and [`Serves`] for each system listed.
+macro_rules! driver {
+    ($driver:ty = $name:literal, served by $($system:ty),+ $(,)?) => {
+        impl $crate::drivers::Driver for $driver {
+            const NAME: &'static str = $name;
+        }
+        $(impl $crate::drivers::Serves<$driver> for $system {})+
+    };
+}
+pub(crate) use driver;
+
 /// gangway, as a type.
 pub struct OnGangway;
 /// rnacos, as a type.

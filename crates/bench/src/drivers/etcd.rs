@@ -8,7 +8,7 @@ use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use super::capability::{
-    Deregister, Driver, Hold, List, OnEtcd, OnUpdate, Persist, Register, Serves, Subscribe, Update,
+    Deregister, Driver, Hold, List, OnEtcd, OnUpdate, Persist, Register, Subscribe, Update,
 };
 use crate::load;
 use crate::system::Server;
@@ -224,22 +224,10 @@ pub struct EtcdRange;
 /// instances are made by [`EtcdPut`].
 pub struct EtcdWatch;
 
-impl Driver for EtcdLeasePut {
-    const NAME: &'static str = "lease+put";
-}
-impl Driver for EtcdPut {
-    const NAME: &'static str = "put";
-}
-impl Driver for EtcdRange {
-    const NAME: &'static str = "range";
-}
-impl Driver for EtcdWatch {
-    const NAME: &'static str = "watch";
-}
-impl Serves<EtcdLeasePut> for OnEtcd {}
-impl Serves<EtcdPut> for OnEtcd {}
-impl Serves<EtcdRange> for OnEtcd {}
-impl Serves<EtcdWatch> for OnEtcd {}
+super::capability::driver!(EtcdLeasePut = "lease+put", served by OnEtcd);
+super::capability::driver!(EtcdPut = "put", served by OnEtcd);
+super::capability::driver!(EtcdRange = "range", served by OnEtcd);
+super::capability::driver!(EtcdWatch = "watch", served by OnEtcd);
 
 fn client(server: &Server, workers: usize) -> Etcd {
     Etcd::new(super::pool(workers), server.http)

@@ -16,9 +16,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use super::capability::{
-    Driver, OnGangway, OnRnacos, OnUpdate, Register, Serves, SessionBound, Subscribe, Update,
-};
+use super::capability::{OnGangway, OnRnacos, OnUpdate, Register, SessionBound, Subscribe, Update};
 use super::nacos_http::NacosV1;
 use super::{GROUP, NAMESPACE};
 use crate::load;
@@ -235,11 +233,7 @@ pub fn host_ports(service_info: &Value) -> impl Iterator<Item = u64> + '_ {
 /// (docs/benchmarks.md).
 pub struct NacosGrpc;
 
-impl Driver for NacosGrpc {
-    const NAME: &'static str = "nacos-grpc";
-}
-impl Serves<NacosGrpc> for OnGangway {}
-impl Serves<NacosGrpc> for OnRnacos {}
+super::capability::driver!(NacosGrpc = "nacos-grpc", served by OnGangway, OnRnacos);
 
 /// Opens `n` connections to `server`, with `handler(i)` as connection i's push handler.
 async fn connections(

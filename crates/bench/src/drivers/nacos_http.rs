@@ -3,7 +3,7 @@
 
 use anyhow::bail;
 
-use super::capability::{Deregister, Driver, List, OnGangway, OnRnacos, Persist, Register, Serves};
+use super::capability::{Deregister, List, OnGangway, OnRnacos, Persist, Register};
 use super::{GROUP, NAMESPACE};
 use crate::system::Server;
 
@@ -113,16 +113,8 @@ pub struct NacosV1;
 /// by the server (rnacos: its Raft log).
 pub struct NacosV1Persistent;
 
-impl Driver for NacosV1 {
-    const NAME: &'static str = "nacos-http";
-}
-impl Driver for NacosV1Persistent {
-    const NAME: &'static str = "nacos-http-persistent";
-}
-impl Serves<NacosV1> for OnGangway {}
-impl Serves<NacosV1> for OnRnacos {}
-impl Serves<NacosV1Persistent> for OnGangway {}
-impl Serves<NacosV1Persistent> for OnRnacos {}
+super::capability::driver!(NacosV1 = "nacos-http", served by OnGangway, OnRnacos);
+super::capability::driver!(NacosV1Persistent = "nacos-http-persistent", served by OnGangway, OnRnacos);
 
 impl Register for NacosV1 {
     type Client = NacosHttp;

@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use super::capability::{
-    Deregister, Driver, OnGangway, OnUpdate, Register, Serves, SessionBound, Subscribe, Update,
+    Deregister, OnGangway, OnUpdate, Register, SessionBound, Subscribe, Update,
 };
 use super::{GROUP, NAMESPACE};
 use crate::load;
@@ -240,14 +240,8 @@ pub struct NativeGrpc;
 /// how many sessions one gangway holds (the scale workload's probe, in the scale module).
 pub struct MaxSessions;
 
-impl Driver for NativeGrpc {
-    const NAME: &'static str = "native-grpc";
-}
-impl Driver for MaxSessions {
-    const NAME: &'static str = "max-sessions";
-}
-impl Serves<NativeGrpc> for OnGangway {}
-impl Serves<MaxSessions> for OnGangway {}
+super::capability::driver!(NativeGrpc = "native-grpc", served by OnGangway);
+super::capability::driver!(MaxSessions = "max-sessions", served by OnGangway);
 
 /// Opens `n` sessions on `server`, each on its own connection, named `{prefix}-{i}`, with
 /// `handler(i)` as session i's snapshot handler.

@@ -1,7 +1,7 @@
 //! The drivers over gangway's REST API, built on [`Rest`]'s public calls only (the client
 //! itself lives in [`super::rest`]).
 
-use super::capability::{Driver, List, OnGangway, Persist, Register, Serves};
+use super::capability::{List, OnGangway, Persist, Register};
 use super::rest::Rest;
 use crate::system::Server;
 
@@ -15,14 +15,8 @@ pub struct RestApi;
 /// answer), TCP-probed hourly so probing does not load the run.
 pub struct RestPersistent;
 
-impl Driver for RestApi {
-    const NAME: &'static str = "rest";
-}
-impl Driver for RestPersistent {
-    const NAME: &'static str = "rest-persistent";
-}
-impl Serves<RestApi> for OnGangway {}
-impl Serves<RestPersistent> for OnGangway {}
+super::capability::driver!(RestApi = "rest", served by OnGangway);
+super::capability::driver!(RestPersistent = "rest-persistent", served by OnGangway);
 
 fn client(server: &Server, workers: usize) -> Rest {
     Rest::new(super::pool(workers), server.http)

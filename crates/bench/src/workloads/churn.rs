@@ -8,12 +8,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::lineup::{Entry, Plan};
+use super::lineup::{self, Entry, OfSubscribers, Plan};
 use super::{Ctx, Params};
-use crate::drivers::{
-    Deregister, EtcdWatch, GROUP, NAMESPACE, NacosGrpc, NativeGrpc, OnEtcd, OnGangway, OnRnacos,
-    OnUpdate, Register, Serves, Subscribe, Update,
-};
+use crate::drivers::{Deregister, GROUP, NAMESPACE, OnUpdate, Register, Serves, Subscribe, Update};
 use crate::load;
 use crate::report::{Row, Table};
 use crate::system::{CpuMeter, Server, System};
@@ -43,19 +40,16 @@ pub(super) fn plan(p: &Params) -> Plan {
         false,
         vec!["One more instance stays, so the final list is not empty (Nacos SDKs ignore empty lists).".into()],
     );
-    Plan::new(
-        table,
-        vec![
-            on::<OnGangway, NativeGrpc>(),
-            on::<OnGangway, NacosGrpc>(),
-            on::<OnRnacos, NacosGrpc>(),
-            on::<OnEtcd, EtcdWatch>(),
-        ],
-    )
+    Plan::new(table, lineup::subscribers::<Measured>())
 }
 
-fn on<S: Serves<D>, D: Subscribe>() -> Entry {
-    Entry::new::<S, D>(|ctx, server| Box::pin(measure::<D>(ctx, server)))
+/// This workload's measurement, as a type (its lineup's entries).
+struct Measured;
+
+impl OfSubscribers for Measured {
+    fn entry<S: Serves<D>, D: Subscribe>() -> Entry {
+        Entry::new::<S, D>(|ctx, server| Box::pin(measure::<D>(ctx, server)))
+    }
 }
 
 /// Shared state of the churn: who holds the full list, who holds the final one and since when.

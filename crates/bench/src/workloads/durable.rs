@@ -3,13 +3,10 @@
 
 use std::sync::Arc;
 
-use super::lineup::{Entry, Plan};
+use super::lineup::{self, Entry, OfPersistent, Plan};
 use super::measure::{Op, load_columns, load_rows};
 use super::{Ctx, Params};
-use crate::drivers::{
-    EtcdPut, NacosV1Persistent, OnEtcd, OnGangway, OnRnacos, Persist, RestPersistent, Serves,
-    instance_addr,
-};
+use crate::drivers::{Persist, Serves, instance_addr};
 use crate::report::{Row, Table};
 use crate::system::Server;
 
@@ -28,18 +25,16 @@ pub(super) fn plan(p: &Params) -> Plan {
             "gangway: REST, ephemeral=false (redb, fsync before the answer); rnacos: v1 HTTP ephemeral=false (Raft log); etcd: put without lease (WAL fsync).".into(),
         ],
     );
-    Plan::new(
-        table,
-        vec![
-            on::<OnGangway, RestPersistent>(),
-            on::<OnRnacos, NacosV1Persistent>(),
-            on::<OnEtcd, EtcdPut>(),
-        ],
-    )
+    Plan::new(table, lineup::persistent::<Measured>())
 }
 
-fn on<S: Serves<D>, D: Persist>() -> Entry {
-    Entry::new::<S, D>(|ctx, server| Box::pin(measure::<D>(ctx, server)))
+/// This workload's measurement, as a type (its lineup's entries).
+struct Measured;
+
+impl OfPersistent for Measured {
+    fn entry<S: Serves<D>, D: Persist>() -> Entry {
+        Entry::new::<S, D>(|ctx, server| Box::pin(measure::<D>(ctx, server)))
+    }
 }
 
 async fn measure<D: Persist>(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec<Row>> {

@@ -7,13 +7,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::lineup::{Entry, Plan};
+use super::lineup::{self, Entry, OfSubscribers, Plan};
 use super::measure::truncate;
 use super::{Ctx, Params};
-use crate::drivers::{
-    EtcdWatch, NacosGrpc, NativeGrpc, OnEtcd, OnGangway, OnRnacos, OnUpdate, Register, Serves,
-    Subscribe, Update, etcd,
-};
+use crate::drivers::{OnUpdate, Register, Serves, Subscribe, Update, etcd};
 use crate::load::{self, Percentiles};
 use crate::report::{Row, Table};
 use crate::system::{CpuMeter, Server};
@@ -47,19 +44,16 @@ pub(super) fn plan(p: &Params) -> Plan {
             "rnacos coalesces changes for about 500 ms before it pushes (its DelayNotifyActor).".into(),
         ],
     );
-    Plan::new(
-        table,
-        vec![
-            on::<OnGangway, NativeGrpc>(),
-            on::<OnGangway, NacosGrpc>(),
-            on::<OnRnacos, NacosGrpc>(),
-            on::<OnEtcd, EtcdWatch>(),
-        ],
-    )
+    Plan::new(table, lineup::subscribers::<Measured>())
 }
 
-fn on<S: Serves<D>, D: Subscribe>() -> Entry {
-    Entry::new::<S, D>(|ctx, server| Box::pin(measure::<D>(ctx, server)))
+/// This workload's measurement, as a type (its lineup's entries).
+struct Measured;
+
+impl OfSubscribers for Measured {
+    fn entry<S: Serves<D>, D: Subscribe>() -> Entry {
+        Entry::new::<S, D>(|ctx, server| Box::pin(measure::<D>(ctx, server)))
+    }
 }
 
 /// Shared state of the fan-out rounds: which change is awaited, who has seen it, when.

@@ -5,7 +5,10 @@ use futures::future::BoxFuture;
 
 use super::Ctx;
 use super::measure::truncate;
-use crate::drivers::{Driver, Serves};
+use crate::drivers::{
+    Driver, EtcdPut, EtcdWatch, NacosGrpc, NacosV1Persistent, NativeGrpc, OnEtcd, OnGangway,
+    OnRnacos, Persist, RestPersistent, Serves, Subscribe,
+};
 use crate::report::{Row, Table};
 use crate::system::{Server, System};
 
@@ -25,6 +28,39 @@ pub(crate) struct Entry {
 pub(crate) struct Plan {
     table: Table,
     lineup: Vec<Entry>,
+}
+
+/// A workload that measures every [`Persist`] driver the same way: [`persistent`] is its
+/// lineup.
+pub(crate) trait OfPersistent {
+    /// Driver `D` on system `S`, measured by this workload.
+    fn entry<S: Serves<D>, D: Persist>() -> Entry;
+}
+
+/// A workload that measures every [`Subscribe`] driver the same way: [`subscribers`] is its
+/// lineup.
+pub(crate) trait OfSubscribers {
+    /// Driver `D` on system `S`, measured by this workload.
+    fn entry<S: Serves<D>, D: Subscribe>() -> Entry;
+}
+
+/// Each system's driver of durable instances (written once for `durable` and `restart`).
+pub(crate) fn persistent<W: OfPersistent>() -> Vec<Entry> {
+    vec![
+        W::entry::<OnGangway, RestPersistent>(),
+        W::entry::<OnRnacos, NacosV1Persistent>(),
+        W::entry::<OnEtcd, EtcdPut>(),
+    ]
+}
+
+/// Each system's subscribers (written once for `fanout` and `churn`).
+pub(crate) fn subscribers<W: OfSubscribers>() -> Vec<Entry> {
+    vec![
+        W::entry::<OnGangway, NativeGrpc>(),
+        W::entry::<OnGangway, NacosGrpc>(),
+        W::entry::<OnRnacos, NacosGrpc>(),
+        W::entry::<OnEtcd, EtcdWatch>(),
+    ]
 }
 
 impl Entry {

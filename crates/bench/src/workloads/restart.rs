@@ -8,12 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::lineup::{Entry, Plan};
+use super::lineup::{self, Entry, OfPersistent, Plan};
 use super::{Ctx, Params, ServiceBatch};
-use crate::drivers::{
-    EtcdPut, List, NacosV1Persistent, OnEtcd, OnGangway, OnRnacos, Persist, RestPersistent, Serves,
-    instance_addr,
-};
+use crate::drivers::{List, Persist, Serves, instance_addr};
 use crate::load;
 use crate::report::{Row, Table};
 use crate::system::{CpuMeter, Server};
@@ -60,18 +57,16 @@ pub(super) fn plan(p: &Params) -> Plan {
             "CPU: from the start of the new process until serving.".into(),
         ],
     );
-    Plan::new(
-        table,
-        vec![
-            on::<OnGangway, RestPersistent>(),
-            on::<OnRnacos, NacosV1Persistent>(),
-            on::<OnEtcd, EtcdPut>(),
-        ],
-    )
+    Plan::new(table, lineup::persistent::<Measured>())
 }
 
-fn on<S: Serves<D>, D: Persist>() -> Entry {
-    Entry::new::<S, D>(|ctx, server| Box::pin(measure::<D>(ctx, server)))
+/// This workload's measurement, as a type (its lineup's entries).
+struct Measured;
+
+impl OfPersistent for Measured {
+    fn entry<S: Serves<D>, D: Persist>() -> Entry {
+        Entry::new::<S, D>(|ctx, server| Box::pin(measure::<D>(ctx, server)))
+    }
 }
 
 /// Instances in `batches`.

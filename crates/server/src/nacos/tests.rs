@@ -17,6 +17,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tower::ServiceExt;
 
+use gangway_testkit::eventually;
+
 use super::Nacos;
 use crate::config::Config;
 use crate::engine::Registry;
@@ -470,17 +472,6 @@ impl Grpc {
     }
 }
 
-async fn eventually(mut pred: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !pred() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met within 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn grpc_handshake_and_301_before_setup() {
     let g = grpc().await;
@@ -551,13 +542,15 @@ async fn grpc_register_subscribe_push_ack_and_connection_end() {
     .unwrap();
     let revision = g.registry.view(&key).revision;
     let registry = g.registry.clone();
-    eventually(|| registry.subscribers(&key)[0].acked_revision == revision).await;
+    eventually("the push acked", || {
+        registry.subscribers(&key)[0].acked_revision == revision
+    }).await;
 
     // The connection's stream ends: its instance and its subscription go at once.
     drop(tx);
     drop(inbound);
     let registry = g.registry.clone();
-    eventually(|| {
+    eventually("the condition", || {
         registry.view(&key).instances.is_empty() && registry.subscribers(&key).is_empty()
     })
     .await;
@@ -660,7 +653,9 @@ async fn grpc_client_detection_keeps_answering_clients_and_closes_silent_ones() 
         other => panic!("the stream must end in UNAVAILABLE, got {other:?}"),
     }
     let registry = g.registry.clone();
-    eventually(|| registry.view(&key).instances.is_empty()).await;
+    eventually("the connection's instance gone", || {
+        registry.view(&key).instances.is_empty()
+    }).await;
     drop(tx);
 }
 
@@ -685,7 +680,7 @@ async fn grpc_shutdown_resets_connections_and_ends_streams() {
         other => panic!("the stream must end in UNAVAILABLE, got {other:?}"),
     }
     let registry = g.registry.clone();
-    eventually(|| {
+    eventually("the condition", || {
         registry
             .view(&ServiceKey::named("orders"))
             .instances

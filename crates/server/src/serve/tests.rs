@@ -8,6 +8,7 @@ use gangway_proto::v1 as pb;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use gangway_testkit::poll;
 use tokio::time::Instant;
 
 use super::head::{MAX_HEAD, MAX_HEADERS, MAX_LINE, Scan, Verdict};
@@ -505,24 +506,6 @@ async fn connections_beyond_the_maximum_get_a_clear_refusal_and_the_others_stay(
             .is_err(),
         "the session stays open and quiet"
     );
-}
-
-/// Polls `probe` every 20 ms until it returns `Some`, at most `deadline`.
-pub(crate) async fn poll<T, F, Fut>(deadline: Duration, mut probe: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + deadline;
-    loop {
-        if let Some(v) = probe().await {
-            return Some(v);
-        }
-        if Instant::now() >= end {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Opens a native session: returns its sender and its inbound stream after `Welcome`.

@@ -20,8 +20,9 @@ use tokio::task::JoinHandle;
 use crate::process::{Proc, STARTUP, field};
 use crate::scenario::{Mode, Params, SERVICE};
 
-/// A registry running in this process on free loopback ports.
-pub struct Registry {
+/// A gangway registry the lab runs in this process on free loopback ports (not the engine's
+/// [`gangway_server::Registry`]: this one owns the running server and its addresses).
+pub struct LabRegistry {
     server: gangway_server::RunningServer,
     /// Its REST address.
     pub http: SocketAddr,
@@ -67,7 +68,7 @@ pub struct Instance {
     child_pid: Option<i32>,
 }
 
-impl Registry {
+impl LabRegistry {
     /// Starts one for `mode` (classic: lease TTL as the mode says, delete after 2 x TTL).
     ///
     /// # Errors
@@ -104,7 +105,7 @@ impl Consumer {
     /// The registry is unreachable.
     pub async fn start(
         mode: Mode,
-        registry: &Registry,
+        registry: &LabRegistry,
         params: &Params,
         retry: bool,
     ) -> anyhow::Result<Self> {
@@ -198,7 +199,7 @@ impl Instance {
     pub async fn start(
         exe: &Path,
         kind: &Kind,
-        registry: &Registry,
+        registry: &LabRegistry,
         params: &Params,
         name: &str,
         extra: &[String],

@@ -464,3 +464,54 @@ fn server_flag_defaults_are_the_config_defaults() {
     let d = gangway_server::Config::default();
     assert_eq!(format!("{:?}", c), format!("{:?}", d));
 }
+
+/// Every parse error of `gangway run` is one line naming the argument, and its field.
+#[test]
+fn run_parse_errors_are_one_line_naming_the_argument() {
+    let cases: [(&[&str], &str, &str); 5] = [
+        (
+            &["run", "--port", "80", "--", "x"],
+            "--service",
+            "the following required arguments were not provided: --service <SERVICE>",
+        ),
+        (
+            &["run", "--service", "s", "--port", "80"],
+            "CMD",
+            "the following required arguments were not provided: <CMD>...",
+        ),
+        (
+            &["run", "--service", "s", "--port", "http", "--", "x"],
+            "--port",
+            "invalid value 'http' for '--port <PORT>': must be a port 1-65535, got \"http\"",
+        ),
+        (
+            &[
+                "run",
+                "--service",
+                "s",
+                "--port",
+                "1",
+                "--grace",
+                "soon",
+                "--",
+                "x",
+            ],
+            "--grace",
+            "invalid value 'soon' for '--grace <DURATION>'",
+        ),
+        (
+            &["run", "--service", "s", "--port", "1", "--nope", "--", "x"],
+            "--nope",
+            "unexpected argument '--nope' found",
+        ),
+    ];
+    for (args, field, start) in cases {
+        // The environment may name a service or a port: clap would take it.
+        let args: Vec<&str> = args.to_vec();
+        let err = parse(&args).unwrap_err();
+        let (message, got) = parse_error(&err);
+        assert!(message.starts_with(start), "{args:?}: {message}");
+        assert!(!message.contains('\n'), "{args:?}: {message:?}");
+        assert_eq!(got.as_deref(), Some(field), "{args:?}: {message}");
+    }
+}

@@ -269,7 +269,8 @@ impl Instance {
                 args.push(exe.display().to_string());
                 args.extend(demo(&format!("127.0.0.1:{port}")));
                 args.push(s("--no-register"));
-                let mut proc = Proc::spawn_stderr(exe, &args)?;
+                // `--json`: the steps are JSON lines on stdout (with the program's output).
+                let mut proc = Proc::spawn(exe, &args)?;
                 let started = proc.line("{\"event\":\"started\"", STARTUP).await?;
                 let child_pid = json_field(&started, "pid")
                     .and_then(|p| p.as_i64())

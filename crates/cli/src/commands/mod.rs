@@ -17,6 +17,9 @@ pub mod watch;
 pub struct Context {
     /// Client of the registry named by `--server`.
     pub registry: Registry,
+    /// `--server` as given: where the route toward the registry leads
+    /// ([`crate::route::local_ip_toward`]).
+    pub server: String,
     /// `--json`: print raw JSON answers instead of tables.
     pub json: bool,
 }
@@ -29,6 +32,7 @@ impl Context {
     pub fn new(server: &str, json: bool) -> Result<Self, ApiError> {
         Ok(Self {
             registry: Registry::new(server)?,
+            server: server.to_owned(),
             json,
         })
     }

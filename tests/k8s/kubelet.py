@@ -40,6 +40,9 @@ GANGWAY = os.environ.get("GANGWAY_BIN", os.path.join(TARGET, "debug", "gangway")
 DEPLOY = os.path.join(ROOT, "deploy", "k8s")
 # The registry answers a drain at most this long after its timeout (crates/cli/src/api.rs).
 DRAIN_GRACE_S = 10
+# `gangway run` ends its drain step at most this long after --drain-timeout, whatever the
+# registry does (DRAIN_ANSWER_SLACK, crates/cli/src/run/mod.rs).
+RUN_DRAIN_SLACK_S = 1
 
 
 class Failed(Exception):
@@ -251,7 +254,8 @@ def gangway_run_pod(registry, scratch, pod_spec, container, marks):
     # finishes them): give them a moment after the drain.
     wrapper += ["--linger", "500ms"]
     env = pod_env(container, {"GANGWAY_GRPC": registry.grpc, "GANGWAY_PORT": str(port)})
-    proc = Proc(wrapper + ["--json", "--"] + app, env=env, lines_from="stderr", new_session=True)
+    # --json: the steps on stdout (merged with stderr here, as in a container's log).
+    proc = Proc(wrapper + ["--json", "--"] + app, env=env, lines_from="stdout", new_session=True)
     probe = container["readinessProbe"]["httpGet"]
     ready_url = f"http://127.0.0.1:{ready_port}{probe['path']}"
     return proc, env, f"127.0.0.1:{port}", ready_url
@@ -261,12 +265,16 @@ def scenario_gangway_run(registry, scratch):
     """deploy/k8s/orders-gangway-run.yaml: gangway run as the entrypoint, readinessProbe on /ready."""
     pod_spec, container = container_of(os.path.join(DEPLOY, "orders-gangway-run.yaml"))
     command = container["command"]
-    budget = (seconds(flag(command, "--drain-timeout", "30s"))
+    child_grace = seconds(flag(command, "--grace", "10s"))
+    budget = (seconds(flag(command, "--drain-timeout", "30s")) + RUN_DRAIN_SLACK_S
               + seconds(flag(command, "--on-drain-timeout", "30s"))
               + seconds(flag(command, "--linger", "0s"))
-              + seconds(flag(command, "--grace", "10s")))
+              + child_grace)
     grace = pod_spec["terminationGracePeriodSeconds"]
-    check(grace > budget, f"terminationGracePeriodSeconds {grace} > drain + on-drain + linger + grace = {budget:.0f} s")
+    check(grace > budget, f"terminationGracePeriodSeconds {grace} > drain + {RUN_DRAIN_SLACK_S} s + on-drain + linger + grace = {budget:.0f} s")
+    env_of = {e["name"]: e.get("value") for e in container.get("env", [])}
+    app_stop = seconds(env_of.get("SPRING_LIFECYCLE_TIMEOUT_PER_SHUTDOWN_PHASE", "30s"))
+    check(app_stop < child_grace, f"the program's own stop {app_stop:.0f} s < --grace {child_grace:.0f} s (no SIGKILL mid-shutdown)")
     check(pod_spec.get("enableServiceLinks") is False, "enableServiceLinks: false (no GANGWAY_PORT=tcp://...)")
     marks = os.path.join(scratch, "on-drain.marks")
     service = next(e["value"] for e in container["env"] if e["name"] == "GANGWAY_SERVICE")

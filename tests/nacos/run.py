@@ -519,7 +519,7 @@ def one_registry(server, scratch):
 
 
 class Wrapped:
-    """`gangway run` around `python3 -m http.server` (serving a `ping` file), JSON events on stderr."""
+    """`gangway run` around `python3 -m http.server` (serving a `ping` file), JSON events on stdout."""
 
     def __init__(self, server, scratch, service):
         self.port = _free_port()
@@ -532,12 +532,12 @@ class Wrapped:
                 sys.executable, "-m", "http.server", str(self.port), "--bind", "127.0.0.1",
                 "--directory", root]
         self.events = []
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
-        for line in self.proc.stderr:
+        for line in self.proc.stdout:
             if line.startswith('{"event"'):
                 self.events.append(json.loads(line))
 

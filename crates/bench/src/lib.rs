@@ -25,14 +25,13 @@ use clap::{Args, Parser};
 
 pub mod drivers;
 pub mod load;
-pub mod proxy;
 pub mod report;
 pub mod stats;
 pub mod system;
 pub mod workloads;
 
 pub use system::System;
-pub use workloads::{Params, Workload};
+pub use workloads::{Params, Selection, ServiceBatch, Workload};
 
 /// `gangway bench` as a parser of its own: its `--json FILE` is not the `gangway --json` switch
 /// of the registry commands, so the `gangway` binary hands everything after `bench`
@@ -79,7 +78,7 @@ impl BenchPassthrough {
 pub struct BenchArgs {
     /// The workload to run.
     #[arg(value_enum)]
-    pub workload: Workload,
+    pub workload: Selection,
     /// Systems to run, in order (comma-separated): gangway, rnacos, etcd. A system that is not
     /// installed gets a row saying so.
     #[arg(long, value_delimiter = ',', default_value = "gangway,rnacos,etcd")]
@@ -114,6 +113,14 @@ pub struct BenchArgs {
     /// Target of gangway's largest-session-count probe.
     #[arg(long)]
     pub max_sessions: Option<usize>,
+    /// Persistent services of the restart workload, comma-separated SERVICESxINSTANCES (full
+    /// run: 5x20000,1000x100; quick: 2x1000,20x50).
+    #[arg(long, value_delimiter = ',', value_name = "NxM")]
+    pub restart_services: Option<Vec<ServiceBatch>>,
+    /// How long the restarted server may take to list every instance, in seconds (full run
+    /// 300, quick 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub restart_deadline: Option<f64>,
     /// Fail (after printing every table) when a row of an installed system could not be
     /// measured; CI runs the quick bench with it so the harness never rots.
     #[arg(long)]
@@ -161,6 +168,12 @@ impl BenchArgs {
         if let Some(s) = self.max_sessions {
             p.max_sessions = s.max(1);
         }
+        if let Some(s) = &self.restart_services {
+            p.restart_services = s.clone();
+        }
+        if let Some(s) = self.restart_deadline {
+            p.restart_deadline = std::time::Duration::from_secs_f64(s.max(1.0));
+        }
         p
     }
 }
@@ -200,12 +213,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<report::Report> {
         bins,
         systems: args.peers.clone(),
     };
-    let list: Vec<Workload> = match args.workload {
-        Workload::All => Workload::EACH.to_vec(),
-        w => vec![w],
-    };
     let mut tables = Vec::new();
-    for w in list {
+    for w in args.workload.workloads() {
         // On SIGINT/SIGTERM the workload is dropped, and with it every server it started
         // (a `Server` kills its process on drop).
         let table = tokio::select! {

@@ -46,6 +46,24 @@ pub struct Row {
 }
 
 impl Row {
+    /// A measured row of no group.
+    pub fn measured(
+        system: System,
+        driver: &str,
+        values: Vec<Option<f64>>,
+        cpu: CpuUse,
+        note: impl Into<String>,
+    ) -> Row {
+        Row {
+            system,
+            driver: driver.into(),
+            group: String::new(),
+            values,
+            cpu: Some(cpu),
+            note: note.into(),
+        }
+    }
+
     /// A row that could not be measured: the reason goes in the note.
     pub fn failed(
         system: System,
@@ -66,6 +84,27 @@ impl Row {
 }
 
 impl Table {
+    /// A table with no rows yet: the ratio column compares column `key`, where a larger value is
+    /// better when `higher_is_better`.
+    pub fn new(
+        workload: &str,
+        title: String,
+        columns: Vec<String>,
+        key: usize,
+        higher_is_better: bool,
+        notes: Vec<String>,
+    ) -> Table {
+        Table {
+            workload: workload.into(),
+            title,
+            columns,
+            key,
+            higher_is_better,
+            rows: Vec::new(),
+            notes,
+        }
+    }
+
     /// The ratio for `row`: gangway's key value over the peer's (inverted for lower-is-better),
     /// so above 1 means gangway is better. Compared with gangway's row of the same group and
     /// driver, else its first row of the group. Returns the ratio and the gangway driver used.

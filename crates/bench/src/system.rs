@@ -131,8 +131,11 @@ pub struct Server {
     pub http: SocketAddr,
     /// gRPC address (gangway sessions + Nacos v2, rnacos Nacos v2); etcd: same as `http`.
     pub grpc: SocketAddr,
+    /// rnacos's console port, etcd's peer port; unused for gangway.
+    aux_port: u16,
+    bin: PathBuf,
     child: Option<Child>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     log: PathBuf,
 }
 
@@ -155,33 +158,49 @@ impl Server {
         let dir = tempfile::Builder::new()
             .prefix(&format!("gangway-bench-{system}-"))
             .tempdir()?;
-        let log = dir.path().join("server.log");
-        let logfile = std::fs::File::create(&log)?;
-        let data = dir.path().join("data");
-        let mut cmd = Command::new(&bin);
-        let (http, grpc);
-        match system {
+        let http = loopback(free_port()?);
+        // etcd serves its gateway on the client URL.
+        let grpc = match system {
+            System::Etcd => http,
+            System::Gangway | System::Rnacos => loopback(free_port()?),
+        };
+        let mut server = Server {
+            system,
+            http,
+            grpc,
+            aux_port: free_port()?,
+            bin,
+            log: dir.path().join("server.log"),
+            dir,
+            child: None,
+        };
+        server.spawn()?;
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// The server's command: the same ports and data directory every time.
+    fn command(&self) -> Command {
+        let data = self.dir.path().join("data");
+        let mut cmd = Command::new(&self.bin);
+        match self.system {
             System::Gangway => {
-                http = loopback(free_port()?);
-                grpc = loopback(free_port()?);
                 // No warm-up: nothing re-registers after a fresh start, and pushes should flow
                 // at once.
                 cmd.arg("server")
                     .arg("--http")
-                    .arg(http.to_string())
+                    .arg(self.http.to_string())
                     .arg("--grpc")
-                    .arg(grpc.to_string())
+                    .arg(self.grpc.to_string())
                     .arg("--data-dir")
                     .arg(&data)
                     .args(["--warmup", "0s", "--log", "warn"]);
             }
             System::Rnacos => {
                 // rnacos puts gRPC at HTTP + 1000 unless told; pick both explicitly.
-                http = loopback(free_port()?);
-                grpc = loopback(free_port()?);
-                cmd.env("RNACOS_HTTP_PORT", http.port().to_string())
-                    .env("RNACOS_GRPC_PORT", grpc.port().to_string())
-                    .env("RNACOS_HTTP_CONSOLE_PORT", free_port()?.to_string())
+                cmd.env("RNACOS_HTTP_PORT", self.http.port().to_string())
+                    .env("RNACOS_GRPC_PORT", self.grpc.port().to_string())
+                    .env("RNACOS_HTTP_CONSOLE_PORT", self.aux_port.to_string())
                     .env("RNACOS_SDK_HOST", "127.0.0.1")
                     .env("RNACOS_CONSOLE_HOST", "127.0.0.1")
                     .env("RNACOS_DATA_DIR", &data)
@@ -189,13 +208,11 @@ impl Server {
                     // rnacos logs every request at info.
                     .env("RUST_LOG", "warn")
                     // Its .env lookup walks up from the working directory: start in the temp dir.
-                    .current_dir(dir.path());
+                    .current_dir(self.dir.path());
             }
             System::Etcd => {
-                http = loopback(free_port()?);
-                grpc = http;
-                let peer = format!("http://127.0.0.1:{}", free_port()?);
-                let client = format!("http://{http}");
+                let peer = format!("http://127.0.0.1:{}", self.aux_port);
+                let client = format!("http://{}", self.http);
                 cmd.args(["--name", "bench", "--data-dir"])
                     .arg(&data)
                     .args(["--listen-client-urls", &client])
@@ -208,40 +225,65 @@ impl Server {
                     .args(["--quota-backend-bytes", "8589934592"]);
             }
         }
-        cmd.stdin(Stdio::null())
-            .stdout(logfile.try_clone()?)
-            .stderr(logfile)
-            .kill_on_drop(true);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let mut server = Server {
-            system,
-            http,
-            grpc,
-            child: Some(child),
-            _dir: dir,
-            log,
-        };
-        server.wait_ready().await?;
-        Ok(server)
+        cmd
     }
 
-    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+    /// Spawns the server process, its output appended to the log.
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let logfile = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = self
+            .command()
+            .stdin(Stdio::null())
+            .stdout(logfile.try_clone()?)
+            .stderr(logfile)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.bin.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Kills the server with SIGKILL (no chance to flush or close anything) and reaps it.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts the server again on the same ports and data directory, without waiting for it
+    /// (after [`Server::kill`]).
+    ///
+    /// # Errors
+    /// The process could not be spawned.
+    pub fn respawn(&mut self) -> anyhow::Result<()> {
+        self.spawn()
+    }
+
+    /// How the server process ended, if it has (`None` while it runs, or when none was
+    /// started).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
+    /// The URL of the health endpoint: 2xx once the server answers.
+    pub fn health_url(&self) -> String {
         let path = match self.system {
             System::Gangway => "/v1/health",
             System::Rnacos => "/nacos/v1/console/health/readiness",
             System::Etcd => "/health",
         };
-        let url = format!("http://{}{path}", self.http);
+        format!("http://{}{path}", self.http)
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let url = self.health_url();
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let exited = match self.child.as_mut() {
-                Some(child) => child.try_wait().ok().flatten(),
-                None => None,
-            };
-            if let Some(status) = exited {
+            if let Some(status) = self.exited() {
                 bail!(
                     "{} exited at start ({status}); its log:\n{}",
                     self.system,

@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | service | `SERVICE` | `GANGWAY_SERVICE` |
 //! | address | `IP:PORT` (after `SERVICE`) | `--ip` / `GANGWAY_IP`, `--port` / `GANGWAY_PORT` |
+//! | IP, when none of the above gives it | the local address of the route toward the registry ([`route`](crate::route)), as `gangway run` registers it | |
 //! | cluster | `--cluster` | `GANGWAY_CLUSTER` |
 //! | namespace, group | `--namespace`, `--group` | `GANGWAY_NAMESPACE`, `GANGWAY_GROUP` |
 //!
@@ -18,6 +19,7 @@ use clap::Args;
 
 use crate::args::{Addr, InstanceArgs, ServiceArgs, parse_addr, parse_name};
 use crate::error::CliError;
+use crate::route;
 
 /// Names an instance: `[SERVICE [IP:PORT]]`, each part falling back to the environment (see the
 /// [module docs](self)).
@@ -31,7 +33,8 @@ pub struct EnvInstanceArgs {
     /// --port).
     #[arg(value_name = "IP:PORT", value_parser = parse_addr, allow_hyphen_values = true)]
     pub addr: Option<Addr>,
-    /// Instance IP or host, when IP:PORT is not given.
+    /// Instance IP or host, when IP:PORT is not given [default: the local address of the route
+    /// toward the registry, as `gangway run` registers it].
     #[arg(long, value_name = "IP", env = "GANGWAY_IP")]
     pub ip: Option<String>,
     /// Instance port, when IP:PORT is not given.
@@ -49,6 +52,34 @@ pub struct EnvInstanceArgs {
 }
 
 impl EnvInstanceArgs {
+    /// [`resolve`](Self::resolve), where a missing IP (no `IP:PORT`, no `--ip`/`GANGWAY_IP`)
+    /// is the local address of the route toward `registry` (`--server`), the address `gangway
+    /// run` registers by default.
+    ///
+    /// # Errors
+    /// As [`resolve`](Self::resolve); when the route cannot be found, the missing IP says why.
+    pub async fn resolve_toward(&self, registry: &str) -> Result<InstanceArgs, CliError> {
+        if self.addr.is_some() || self.ip.is_some() || self.port.is_none() {
+            return self.resolve();
+        }
+        match route::local_ip_toward(registry).await {
+            Ok(ip) => Self {
+                ip: Some(ip.to_string()),
+                ..self.clone()
+            }
+            .resolve(),
+            Err(e) => match self.resolve() {
+                Err(CliError::Usage { field, message }) => Err(CliError::Usage {
+                    field,
+                    message: format!(
+                        "{message} (no default: no route toward the registry {registry}: {e})"
+                    ),
+                }),
+                other => other,
+            },
+        }
+    }
+
     /// The instance these arguments and the environment name.
     ///
     /// # Errors
@@ -168,6 +199,27 @@ mod tests {
             .resolve()
             .unwrap();
         assert_eq!(i.addr.to_string(), "[fd00::5]:8080");
+    }
+
+    #[tokio::test]
+    async fn a_missing_ip_is_the_local_address_of_the_route_toward_the_registry() {
+        let i = args(Some("orders"), None, None, Some(80))
+            .resolve_toward("http://127.0.0.1:8848")
+            .await
+            .unwrap();
+        assert_eq!(i.addr.to_string(), "127.0.0.1:80");
+        // GANGWAY_IP (or --ip) wins; without a port there is nothing to default.
+        let i = args(Some("orders"), None, Some("10.0.0.5"), Some(80))
+            .resolve_toward("127.0.0.1:8848")
+            .await
+            .unwrap();
+        assert_eq!(i.addr.to_string(), "10.0.0.5:80");
+        assert!(
+            args(Some("orders"), None, None, None)
+                .resolve_toward("127.0.0.1:8848")
+                .await
+                .is_err()
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod demo;
 mod error;
 mod instance_env;
 mod output;
+mod route;
 mod run;
 mod server;
 
@@ -278,10 +279,11 @@ fn json_requested(argv: &[String]) -> bool {
     args.contains(&"--json")
 }
 
-/// Help and version print as clap does; a bad value is one line naming the argument (exit 2);
-/// other usage errors keep clap's usage hint. With `json`, every error but help and version is
-/// the error object on stdout instead (code `invalid_argument`, `field` the argument at fault
-/// when clap names one), exit 2 all the same.
+/// Help and version print as clap does. Every other parse error is one line naming the
+/// argument at fault (`error: invalid value 'x' for '--port <PORT>': ...`, `error: the following
+/// required arguments were not provided: --service <SERVICE>`), exit 2; with `json` it is the
+/// error object on stdout instead (code `invalid_argument`, `field` the argument at fault when
+/// clap names one), exit 2 all the same.
 fn usage_error(e: clap::Error, json: bool) -> ExitCode {
     match e.kind() {
         ErrorKind::DisplayHelp
@@ -292,25 +294,43 @@ fn usage_error(e: clap::Error, json: bool) -> ExitCode {
         }
         _ => {}
     }
-    let text = e.render().to_string();
-    let first = text.lines().next().unwrap_or("error: invalid arguments");
+    let (message, field) = parse_error(&e);
     if json {
-        let message = first.strip_prefix("error: ").unwrap_or(first);
-        let field = match e.get(clap::error::ContextKind::InvalidArg) {
-            Some(clap::error::ContextValue::String(arg)) => arg
-                .split_whitespace()
-                .next()
-                .map(|a| a.trim_matches(|c| c == '<' || c == '>').to_owned()),
-            _ => None,
-        };
         let _ =
-            output::emit(&error_json("invalid_argument", message, field.as_deref()).to_string());
-    } else if e.kind() == ErrorKind::ValueValidation {
-        eprintln!("{first}");
+            output::emit(&error_json("invalid_argument", &message, field.as_deref()).to_string());
     } else {
-        let _ = e.print();
+        eprintln!("error: {message}");
     }
     ExitCode::from(EXIT_USAGE)
+}
+
+/// A clap error as one line (without `error: `) and the argument it is about, e.g. `--port`.
+fn parse_error(e: &clap::Error) -> (String, Option<String>) {
+    use clap::error::{ContextKind, ContextValue};
+    let args: Vec<&str> = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => vec![arg.as_str()],
+        Some(ContextValue::Strings(args)) => args.iter().map(String::as_str).collect(),
+        _ => Vec::new(),
+    };
+    // `--port <PORT>` is the flag `--port`; `<CMD>...` the positional `CMD`.
+    let field = args.first().and_then(|a| {
+        a.split_whitespace()
+            .next()
+            .map(|a| a.trim_matches(|c| matches!(c, '<' | '>' | '.')).to_owned())
+    });
+    let message = match e.kind() {
+        // clap lists them on lines of their own below its first.
+        ErrorKind::MissingRequiredArgument if !args.is_empty() => format!(
+            "the following required arguments were not provided: {}",
+            args.join(", ")
+        ),
+        _ => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("error: invalid arguments");
+            first.strip_prefix("error: ").unwrap_or(first).to_owned()
+        }
+    };
+    (message, field)
 }
 
 #[cfg(test)]

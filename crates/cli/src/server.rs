@@ -1,18 +1,42 @@
-//! `gangway server`: run the registry until SIGINT or SIGTERM.
+//! `gangway server`: run the registry until SIGINT or SIGTERM. The binary chooses the store
+//! (redb under `--data-dir`) and binds both ports, then hands them to `gangway_server::start`.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use gangway_core::validate::{MAX_LEASE, MIN_LEASE};
-use gangway_server::config::{self, Config, Liveness};
+use gangway_server::config::{self, Config, ConfigError};
+use tokio::net::TcpListener;
 
 use crate::args::{format_duration, parse_duration};
 use crate::error::CliError;
 
+/// A duration flag: parses `500ms`, `3s`, `2m` (a bare number is seconds) and shows itself the
+/// same way, so that a flag's default is written from the config's constant, never as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+impl FromStr for Dur {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_duration(s).map(Dur)
+    }
+}
+
 /// Flags of `gangway server`. Durations take `500ms`, `3s`, `2m` (a bare number is seconds).
+/// Every default is the server configuration's (`gangway_server::config`); every bound is
+/// [`Config::validate`]'s.
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// REST address (the Nacos HTTP port by default).
@@ -22,55 +46,62 @@ pub struct ServerArgs {
     #[arg(long, default_value = config::DEFAULT_GRPC, value_name = "ADDR")]
     pub grpc: SocketAddr,
     /// Directory of the embedded store (persistent instances, settings, offline marks).
-    #[arg(long, default_value = "./gangway-data", value_name = "DIR")]
+    #[arg(long, default_value = config::DEFAULT_DATA_DIR, value_name = "DIR")]
     pub data_dir: PathBuf,
     /// HTTP/2 keepalive ping interval on sessions.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
-    pub keepalive_interval: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_KEEPALIVE_INTERVAL), value_name = "DURATION")]
+    pub keepalive_interval: Dur,
     /// A session whose peer does not answer a ping within this ends (frozen client).
-    #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
-    pub keepalive_timeout: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_KEEPALIVE_TIMEOUT), value_name = "DURATION")]
+    pub keepalive_timeout: Dur,
     /// Lease TTL: a heartbeat-kept instance is unhealthy after this long without a heartbeat.
-    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
-    pub lease_ttl: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_LEASE_TTL), value_name = "DURATION")]
+    pub lease_ttl: Dur,
     /// Lease delete timeout: removed after this long without a heartbeat.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
-    pub lease_delete_timeout: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_LEASE_DELETE_TIMEOUT), value_name = "DURATION")]
+    pub lease_delete_timeout: Dur,
     /// After start, hold back snapshots this long while sessions re-register.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
-    pub warmup: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_WARMUP), value_name = "DURATION")]
+    pub warmup: Dur,
     /// Forget an offline mark once its instance has been gone this long.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
-    pub offline_mark_expiry: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_OFFLINE_MARK_EXPIRY), value_name = "DURATION")]
+    pub offline_mark_expiry: Dur,
     /// Re-send an unacked push after this long.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
-    pub resend_interval: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_RESEND_INTERVAL), value_name = "DURATION")]
+    pub resend_interval: Dur,
     /// A jump of the registry's own clock by more than this between two ticks (200 ms apart)
     /// is its own stall (SIGSTOP, VM pause): leases are extended and expiry waits.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
-    pub stall_threshold: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_STALL_THRESHOLD), value_name = "DURATION")]
+    pub stall_threshold: Dur,
     /// After such a stall, hold back snapshots and expiry this long while sessions reconnect.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
-    pub stall_recovery: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_STALL_RECOVERY), value_name = "DURATION")]
+    pub stall_recovery: Dur,
+    /// An instance whose session ended during that recovery stays this long for its client to
+    /// register it again (Nacos SDKs redo 14-28 s after the resume).
+    #[arg(long, default_value_t = Dur(config::DEFAULT_STALL_GRACE), value_name = "DURATION")]
+    pub stall_grace: Dur,
+    /// A drain or readiness wait that gives no timeout of its own waits at most this.
+    #[arg(long, default_value_t = Dur(config::DEFAULT_DRAIN_TIMEOUT), value_name = "DURATION")]
+    pub drain_timeout: Dur,
     /// On SIGTERM/SIGINT, stop within this: sessions are told to go away, watches and Nacos
     /// streams end, connections close; what still runs then is dropped.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
-    pub shutdown_timeout: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_SHUTDOWN_TIMEOUT), value_name = "DURATION")]
+    pub shutdown_timeout: Dur,
     /// HTTP: a request head must arrive within this (from its first byte; from the accept for a
     /// connection's first request), or the connection is closed (slowloris); a request body
     /// may not stall for longer either.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
-    pub http_header_timeout: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_HTTP_HEADER_TIMEOUT), value_name = "DURATION")]
+    pub http_header_timeout: Dur,
     /// HTTP: a keep-alive connection with nothing in flight is closed after this.
-    #[arg(long, default_value = "75s", value_parser = parse_duration, value_name = "DURATION")]
-    pub http_idle_timeout: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_HTTP_IDLE_TIMEOUT), value_name = "DURATION")]
+    pub http_idle_timeout: Dur,
     /// HTTP: most open connections; more get 503 `overloaded`. `auto`: from the open-file
     /// limit (three quarters of it shared by both ports, at most 10000 each).
     #[arg(long, default_value = "auto", value_parser = parse_max_connections, value_name = "N|auto")]
     pub http_max_connections: MaxConnections,
     /// gRPC: a connection must send the HTTP/2 preface within this of its accept.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
-    pub grpc_handshake_timeout: Duration,
+    #[arg(long, default_value_t = Dur(config::DEFAULT_GRPC_HANDSHAKE_TIMEOUT), value_name = "DURATION")]
+    pub grpc_handshake_timeout: Dur,
     /// gRPC: most open connections; more get status UNAVAILABLE. `auto` as for HTTP.
     #[arg(long, default_value = "auto", value_parser = parse_max_connections, value_name = "N|auto")]
     pub grpc_max_connections: MaxConnections,
@@ -118,124 +149,62 @@ fn parse_log_filter(s: &str) -> Result<String, String> {
 }
 
 impl ServerArgs {
-    /// The server configuration these flags describe.
+    /// The server configuration these flags describe, checked by [`Config::validate`].
     ///
-    /// Errors (a [`CliError::Usage`], exit status 2 like every bad argument): a flag out of its
-    /// range (leases: the per-instance bounds of `gangway_core::validate`, 100 ms-24 h); a lease
-    /// delete timeout below the TTL. Every problem is named, in one message.
+    /// Errors (a [`CliError::Usage`], exit status 2 like every bad argument): every flag out of
+    /// its bounds, each named, in one message.
     pub fn config(&self) -> Result<Config, CliError> {
-        let mut problems = Vec::new();
-        let ms = Duration::from_millis;
-        let hour = Duration::from_secs(3600);
-        for (flag, value, min, max) in [
-            (
-                "--keepalive-interval",
-                self.keepalive_interval,
-                ms(100),
-                hour,
-            ),
-            ("--keepalive-timeout", self.keepalive_timeout, ms(100), hour),
-            ("--lease-ttl", self.lease_ttl, MIN_LEASE, MAX_LEASE),
-            (
-                "--lease-delete-timeout",
-                self.lease_delete_timeout,
-                MIN_LEASE,
-                MAX_LEASE,
-            ),
-            ("--warmup", self.warmup, Duration::ZERO, hour),
-            (
-                "--offline-mark-expiry",
-                self.offline_mark_expiry,
-                Duration::from_secs(1),
-                30 * 24 * hour,
-            ),
-            (
-                "--resend-interval",
-                self.resend_interval,
-                ms(10),
-                Duration::from_secs(60),
-            ),
-            ("--stall-threshold", self.stall_threshold, ms(400), hour),
-            (
-                "--stall-recovery",
-                self.stall_recovery,
-                Duration::ZERO,
-                hour,
-            ),
-            (
-                "--shutdown-timeout",
-                self.shutdown_timeout,
-                ms(100),
-                Duration::from_secs(600),
-            ),
-            (
-                "--http-header-timeout",
-                self.http_header_timeout,
-                ms(100),
-                hour,
-            ),
-            ("--http-idle-timeout", self.http_idle_timeout, ms(100), hour),
-            (
-                "--grpc-handshake-timeout",
-                self.grpc_handshake_timeout,
-                ms(100),
-                hour,
-            ),
-        ] {
-            if value < min || value > max {
-                problems.push((
-                    flag,
-                    format!(
-                        "{flag} must be {}-{}, got {}",
-                        format_duration(min),
-                        format_duration(max),
-                        format_duration(value)
-                    ),
-                ));
-            }
-        }
-        if self.lease_delete_timeout < self.lease_ttl {
-            problems.push((
-                "--lease-delete-timeout",
-                format!(
-                    "--lease-delete-timeout ({}) must be at least --lease-ttl ({})",
-                    format_duration(self.lease_delete_timeout),
-                    format_duration(self.lease_ttl)
-                ),
-            ));
-        }
-        if let Some((flag, _)) = problems.first() {
-            let message: Vec<&str> = problems.iter().map(|(_, m)| m.as_str()).collect();
-            return Err(CliError::usage(flag, message.join("; ")));
-        }
-        Ok(Config {
-            http: self.http,
-            grpc: self.grpc,
-            data_dir: Some(self.data_dir.clone()),
-            liveness: Liveness {
-                keepalive_interval: self.keepalive_interval,
-                keepalive_timeout: self.keepalive_timeout,
-                lease_ttl: self.lease_ttl,
-                lease_delete_timeout: self.lease_delete_timeout,
-            },
-            warmup: self.warmup,
-            offline_mark_expiry: self.offline_mark_expiry,
-            resend_interval: self.resend_interval,
-            poller_expiry: config::DEFAULT_POLLER_EXPIRY,
-            stall_threshold: self.stall_threshold,
-            stall_recovery: self.stall_recovery,
-            full_push_interval: config::DEFAULT_FULL_PUSH_INTERVAL,
-            delta_push_interval: config::DEFAULT_DELTA_PUSH_INTERVAL,
-            shutdown_timeout: self.shutdown_timeout,
-            connections: config::Connections {
-                http_header_timeout: self.http_header_timeout,
-                http_idle_timeout: self.http_idle_timeout,
-                http_max: self.http_max_connections.get(),
-                grpc_handshake_timeout: self.grpc_handshake_timeout,
-                grpc_max: self.grpc_max_connections.get(),
-            },
-        })
+        let mut c = Config::default();
+        c.liveness.keepalive_interval = self.keepalive_interval.0;
+        c.liveness.keepalive_timeout = self.keepalive_timeout.0;
+        c.liveness.lease_ttl = self.lease_ttl.0;
+        c.liveness.lease_delete_timeout = self.lease_delete_timeout.0;
+        c.warmup = self.warmup.0;
+        c.offline_mark_expiry = self.offline_mark_expiry.0;
+        c.resend_interval = self.resend_interval.0;
+        c.stall_threshold = self.stall_threshold.0;
+        c.stall_recovery = self.stall_recovery.0;
+        c.stall_grace = self.stall_grace.0;
+        c.drain_timeout = self.drain_timeout.0;
+        c.shutdown_timeout = self.shutdown_timeout.0;
+        c.connections.http_header_timeout = self.http_header_timeout.0;
+        c.connections.http_idle_timeout = self.http_idle_timeout.0;
+        c.connections.http_max = self.http_max_connections.get();
+        c.connections.grpc_handshake_timeout = self.grpc_handshake_timeout.0;
+        c.connections.grpc_max = self.grpc_max_connections.get();
+        c.validate().map_err(flag_problems)?;
+        Ok(c)
     }
+}
+
+/// The config's field names as the flags that set them (`liveness.lease_ttl` is
+/// `--lease-ttl`, `connections.http_max` is `--http-max-connections`).
+fn flag_of(field: &str) -> String {
+    let name = field.rsplit('.').next().unwrap_or(field);
+    let name = match name {
+        "http_max" => "http_max_connections",
+        "grpc_max" => "grpc_max_connections",
+        other => other,
+    };
+    format!("--{}", name.replace('_', "-"))
+}
+
+fn flag_problems(e: ConfigError) -> CliError {
+    let message: Vec<String> = e
+        .problems
+        .iter()
+        .map(|p| {
+            let flag = flag_of(p.field);
+            let text = p.message.replace("liveness.lease_ttl", "--lease-ttl");
+            format!("{flag} {text}")
+        })
+        .collect();
+    let first = e
+        .problems
+        .first()
+        .map(|p| flag_of(p.field))
+        .unwrap_or_default();
+    CliError::usage(&first, message.join("; "))
 }
 
 /// Runs the registry until SIGINT/SIGTERM, then stops within `--shutdown-timeout`.
@@ -249,7 +218,19 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let fd_limit = gangway_server::serve::raise_fd_limit()
         .map(|n| n.to_string())
         .unwrap_or_else(|e| format!("unknown ({e})"));
-    let server = gangway_server::start(config.clone()).await?;
+    // Bind first: a taken port must not leave a new data directory behind.
+    let http = TcpListener::bind(args.http)
+        .await
+        .with_context(|| format!("bind HTTP {}", args.http))?;
+    let grpc = TcpListener::bind(args.grpc)
+        .await
+        .with_context(|| format!("bind gRPC {}", args.grpc))?;
+    let store = gangway_store_redb::RedbStore::open(&args.data_dir)
+        .with_context(|| format!("data dir {}", args.data_dir.display()))?;
+    let server = gangway_server::start(config.clone(), Arc::new(store), http, grpc).await?;
+    // The ports answer health (503 LOADING) while the store loads; the line below says that
+    // everything is served.
+    server.loaded().await?;
     let (http_max, grpc_max) = server.max_connections;
     println!(
         "gangway server {} listening: http={} grpc={} data-dir={} warm-up={} \

@@ -449,6 +449,71 @@ fn server_flags_out_of_range_are_usage_errors() {
     assert_eq!(
         err.to_string(),
         "--keepalive-timeout must be 100ms-60m, got 0ms; --lease-ttl must be 100ms-1440m, got \
-         1500m; --lease-delete-timeout (30s) must be at least --lease-ttl (1500m)"
+         1500m; --lease-delete-timeout must be at least --lease-ttl (1500m), got 30s"
     );
+}
+
+/// Every `gangway server` flag's default is the server configuration's own (no second copy of
+/// a default as text: one drifted once).
+#[test]
+fn server_flag_defaults_are_the_config_defaults() {
+    use clap::Parser;
+    let cli = crate::Cli::try_parse_from(["gangway", "server"]).unwrap();
+    let crate::Command::Server(args) = cli.command else {
+        panic!("parsed as a server command")
+    };
+    let c = args.config().unwrap();
+    let d = gangway_server::Config::default();
+    assert_eq!(format!("{:?}", c), format!("{:?}", d));
+}
+
+/// Every parse error of `gangway run` is one line naming the argument, and its field.
+#[test]
+fn run_parse_errors_are_one_line_naming_the_argument() {
+    let cases: [(&[&str], &str, &str); 5] = [
+        (
+            &["run", "--port", "80", "--", "x"],
+            "--service",
+            "the following required arguments were not provided: --service <SERVICE>",
+        ),
+        (
+            &["run", "--service", "s", "--port", "80"],
+            "CMD",
+            "the following required arguments were not provided: <CMD>...",
+        ),
+        (
+            &["run", "--service", "s", "--port", "http", "--", "x"],
+            "--port",
+            "invalid value 'http' for '--port <PORT>': must be a port 1-65535, got \"http\"",
+        ),
+        (
+            &[
+                "run",
+                "--service",
+                "s",
+                "--port",
+                "1",
+                "--grace",
+                "soon",
+                "--",
+                "x",
+            ],
+            "--grace",
+            "invalid value 'soon' for '--grace <DURATION>'",
+        ),
+        (
+            &["run", "--service", "s", "--port", "1", "--nope", "--", "x"],
+            "--nope",
+            "unexpected argument '--nope' found",
+        ),
+    ];
+    for (args, field, start) in cases {
+        // The environment may name a service or a port: clap would take it.
+        let args: Vec<&str> = args.to_vec();
+        let err = parse(&args).unwrap_err();
+        let (message, got) = parse_error(&err);
+        assert!(message.starts_with(start), "{args:?}: {message}");
+        assert!(!message.contains('\n'), "{args:?}: {message:?}");
+        assert_eq!(got.as_deref(), Some(field), "{args:?}: {message}");
+    }
 }

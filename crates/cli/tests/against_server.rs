@@ -36,7 +36,7 @@ fn ok(o: &Output) -> String {
 
 #[tokio::test]
 async fn register_list_offline_drain_deregister_round_trip() {
-    let server = gangway_server::start(gangway_server::Config::for_tests())
+    let server = gangway_server::start_in_memory(gangway_server::Config::for_tests())
         .await
         .unwrap();
     let addr = server.http_addr.to_string();
@@ -130,7 +130,7 @@ async fn register_list_offline_drain_deregister_round_trip() {
 
 #[tokio::test]
 async fn watch_sees_the_current_snapshot() {
-    let server = gangway_server::start(gangway_server::Config::for_tests())
+    let server = gangway_server::start_in_memory(gangway_server::Config::for_tests())
         .await
         .unwrap();
     let addr = server.http_addr.to_string();
@@ -144,7 +144,7 @@ async fn watch_sees_the_current_snapshot() {
 async fn drain_waits_for_a_watching_subscriber() {
     use tokio::io::AsyncBufReadExt;
 
-    let server = gangway_server::start(gangway_server::Config::for_tests())
+    let server = gangway_server::start_in_memory(gangway_server::Config::for_tests())
         .await
         .unwrap();
     let addr = server.http_addr.to_string();
@@ -181,7 +181,7 @@ async fn drain_waits_for_a_watching_subscriber() {
 
 #[tokio::test]
 async fn the_grpc_port_by_mistake_gets_a_hint() {
-    let server = gangway_server::start(gangway_server::Config::for_tests())
+    let server = gangway_server::start_in_memory(gangway_server::Config::for_tests())
         .await
         .unwrap();
     let grpc = server.grpc_addr.to_string();

@@ -1070,7 +1070,7 @@ async fn server_flag_errors_exit_2_like_every_other_bad_argument() {
         ),
         (
             &["--lease-ttl", "20s", "--lease-delete-timeout", "10s"][..],
-            "--lease-delete-timeout (10s) must be at least --lease-ttl (20s)",
+            "--lease-delete-timeout must be at least --lease-ttl (20s), got 10s",
         ),
     ] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();

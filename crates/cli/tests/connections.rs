@@ -249,7 +249,9 @@ async fn with_1024_descriptors_a_flood_is_refused_clearly_and_the_api_recovers_a
         metric(&metrics_text, "accept_errors_total"),
     );
     assert_eq!(status, 200);
-    assert!(took < Duration::from_millis(100), "list took {took:?}");
+    // Answered, not queued behind the idle connections' timeouts (2 s and more); the
+    // figure is printed, the bound leaves room for a loaded machine.
+    assert!(took < Duration::from_secs(1), "list took {took:?}");
     assert!(metric(&metrics_text, "connections_refused_total") > 0.0);
     assert_eq!(
         metric(&metrics_text, "accept_errors_total"),
@@ -332,7 +334,9 @@ async fn out_of_descriptors_accepts_back_off_and_resume_when_connections_close()
          ({warnings} warning line(s), {closed} idle connections timed out); list answered {status} in {took:?}, {after:?} after the last idle one closed"
     );
     assert_eq!(status, 200);
-    assert!(took < Duration::from_millis(100), "list took {took:?}");
+    // Answered, not queued behind the idle connections' timeouts (2 s and more); the
+    // figure is printed, the bound leaves room for a loaded machine.
+    assert!(took < Duration::from_secs(1), "list took {took:?}");
     assert!(errors >= 1.0);
     // Retries come from the backoff timer (5 ms doubling to 1 s: about 8, then one a second)
     // or from a connection that closed (its descriptor lets one accept through, the next one

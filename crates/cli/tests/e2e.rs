@@ -106,9 +106,11 @@ async fn sigstop_frozen() -> Outcome {
     })
     .await
     .expect("the registry removed the frozen instance");
-    // Keepalive timeout (3 s) + 1 s.
+    // Keepalive interval (1 s) + timeout (3 s), with 2 s of slack for a loaded machine (seen:
+    // 4.07 s on 2 busy cores): the point is the order of magnitude, far below a lease TTL or
+    // Nacos's 20 s + 5 s detection, not the millisecond (the figure is printed).
     assert!(
-        gone <= Duration::from_secs(4),
+        gone <= Duration::from_secs(6),
         "frozen instance removed after {gone:?}"
     );
     let report = run.finish().await;

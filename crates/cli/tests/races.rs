@@ -143,7 +143,7 @@ enum Path {
 
 /// `ROUNDS` rounds per keeper of `n` racing take-outs of the `n` instances of a fresh service.
 async fn race(n: usize, path: Path) {
-    let server = gangway_server::start(gangway_server::Config::for_tests())
+    let server = gangway_server::start_in_memory(gangway_server::Config::for_tests())
         .await
         .unwrap();
     let base = format!("http://{}", server.http_addr);

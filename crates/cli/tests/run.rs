@@ -5,6 +5,7 @@
 mod cluster;
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cluster::{GANGWAY, Proc, STARTUP, Server, addresses, poll};
@@ -23,10 +24,12 @@ const NO_RETRY: &[&str] = &["--no-retry", "--no-ejection"];
 /// last ack need a moment (it answers in milliseconds; 500 ms covers a loaded machine).
 const LINGER: &[&str] = &["--linger", "500ms"];
 
-/// A `gangway run` process wrapping `python3 -m http.server`, its JSON events read from stderr.
+/// A `gangway run` process wrapping `python3 -m http.server`, its JSON events read from stdout.
 struct Wrapper {
     child: Child,
     events: mpsc::UnboundedReceiver<Value>,
+    /// Every line of its stderr (its logs and python's) so far.
+    stderr: Arc<Mutex<Vec<String>>>,
     port: u16,
     /// The Python child's pid (its own process group).
     python: i32,
@@ -86,14 +89,14 @@ impl Wrapper {
             .env_remove("GANGWAY_PORT")
             .env_remove("GANGWAY_IP")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("spawn gangway run");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let (tx, events) = mpsc::unbounded_channel();
-        // Python logs every request on the same stderr: keep reading, keep the events.
+        // The child shares stdout: keep reading, keep the events.
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 match serde_json::from_str::<Value>(&line) {
@@ -104,9 +107,18 @@ impl Wrapper {
                 }
             }
         });
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
+        let kept = stderr.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = errors.next_line().await {
+                kept.lock().unwrap().push(line);
+            }
+        });
         let mut w = Wrapper {
             child,
             events,
+            stderr,
             port,
             python: 0,
             readiness: None,
@@ -161,6 +173,12 @@ impl Wrapper {
 
     fn signal(&self, sig: Signal) {
         kill(Pid::from_raw(self.child.id().unwrap() as i32), sig).unwrap();
+    }
+
+    /// Its stderr lines so far that contain `text`.
+    fn logged(&self, text: &str) -> Vec<String> {
+        let lines = self.stderr.lock().unwrap();
+        lines.iter().filter(|l| l.contains(text)).cloned().collect()
     }
 
     async fn wait(&mut self, timeout: Duration) -> Option<i32> {
@@ -375,7 +393,8 @@ async fn wrapper_sigkill_removes_the_instance_within_a_second() {
     })
     .await
     .expect("the instance left the registry");
-    assert!(gone < Duration::from_secs(1), "gone after {gone:?}");
+    // The connection closes with the process: gone in well under a keepalive timeout (3 s).
+    assert!(gone < Duration::from_secs(2), "gone after {gone:?}");
     println!(
         "wrapper SIGKILL: instance gone after {} ms",
         gone.as_millis()
@@ -418,7 +437,8 @@ async fn ready_is_503_before_200_after_the_acks_and_503_from_sigterm() {
     // The child opens its port a second after its start: not ready yet.
     assert_eq!(status(http.clone(), url.clone()).await, Some(503));
     let ready = w.event("ready").await;
-    assert_eq!(ready["acked"], 1, "the demo-client acked: {ready}");
+    // The demo-client, the other wrapper and this one (each follows its own service).
+    assert_eq!(ready["acked"], 3, "every subscriber acked: {ready}");
     assert_eq!(status(http.clone(), url.clone()).await, Some(200));
     w.signal(Signal::SIGTERM);
     let draining = poll(Duration::from_secs(1), || {
@@ -432,6 +452,11 @@ async fn ready_is_503_before_200_after_the_acks_and_503_from_sigterm() {
     w.event("on-drain-done").await;
     assert_eq!(w.wait(Duration::from_secs(15)).await, Some(143));
     client.signal(Signal::SIGKILL);
+    assert_eq!(
+        w.logged("session lost"),
+        Vec::<String>::new(),
+        "a normal stop"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -607,4 +632,263 @@ async fn a_child_failing_its_checks_leaves_the_registry_and_comes_back_after_ris
     w.event("registered").await;
     w.event("ready").await;
     assert!(listed().await, "back after rise");
+}
+
+/// Whether process `pid` has ended (no longer exists, or a zombie nobody reaped yet).
+fn ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses, which may itself hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
+}
+
+/// Polls until `pid` ended, at most `deadline`.
+async fn ends_within(pid: i32, deadline: Duration) -> bool {
+    poll(deadline, || async move { ended(pid).then_some(()) })
+        .await
+        .is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_step_ends_within_its_timeout_when_the_registry_is_paused_or_gone() {
+    // --drain-timeout 1s + the 1 s slack for the answer, then python stops at its SIGTERM.
+    let bound = Duration::from_millis(2000 + 1500);
+    let mut took = Vec::new();
+    for how in [Signal::SIGSTOP, Signal::SIGKILL] {
+        let data = tempfile::tempdir().unwrap();
+        let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+        let mut w = Wrapper::start(&server.grpc, &["--drain-timeout", "1s"]).await;
+        w.event("ready").await;
+        server.proc.signal(how);
+        let signalled = Instant::now();
+        w.signal(Signal::SIGTERM);
+        let failed = w.event("drain-failed").await;
+        assert_eq!(w.wait(Duration::from_secs(20)).await, Some(143), "{failed}");
+        let elapsed = signalled.elapsed();
+        if how == Signal::SIGSTOP {
+            server.proc.signal(Signal::SIGCONT);
+        }
+        assert!(
+            elapsed < bound,
+            "registry {how}: the stop took {elapsed:?} ({failed})"
+        );
+        assert!(ended(w.python), "the child was stopped");
+        took.push((how, elapsed.as_millis()));
+    }
+    println!("drain with a paused / killed registry, --drain-timeout 1s: stop took {took:?} ms");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_child_dies_with_a_killed_wrapper() {
+    // No registry: the child never opens its port, the wrapper waits for it (step 1).
+    let w = Wrapper::start_cmd("127.0.0.1:1", &[], Some("600")).await;
+    assert!(!ended(w.python), "the child runs");
+    w.signal(Signal::SIGKILL);
+    let killed = Instant::now();
+    assert!(
+        ends_within(w.python, Duration::from_secs(5)).await,
+        "the child outlived the wrapper's SIGKILL"
+    );
+    println!(
+        "wrapper SIGKILL: child gone after {} ms",
+        killed.elapsed().as_millis()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_drain_hook_that_overruns_is_killed_with_what_it_started() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let pid_file = data.path().join("hook-child.pid");
+    let hook = format!("sleep 600 & echo $! > {}; wait", pid_file.display());
+    let mut w = Wrapper::start(
+        &server.grpc,
+        &["--on-drain", &hook, "--on-drain-timeout", "300ms"],
+    )
+    .await;
+    w.event("ready").await;
+    w.signal(Signal::SIGTERM);
+    w.event("on-drain-killed").await;
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the hook started its child")
+        .trim()
+        .parse()
+        .unwrap();
+    let gone = ends_within(pid, Duration::from_secs(2)).await;
+    // Whatever the outcome, leave nothing behind.
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    assert!(
+        gone,
+        "the hook's own child {pid} outlived the hook's timeout"
+    );
+    assert_eq!(w.wait(Duration::from_secs(15)).await, Some(143));
+}
+
+/// The status `GET url` answers, `None` when it cannot be reached.
+async fn status_of(http: &reqwest::Client, url: &str) -> Option<u16> {
+    http.get(url).send().await.map(|r| r.status().as_u16()).ok()
+}
+
+/// Polls `url` until it answers `status`, at most 2 s; how long after `since` it did.
+async fn answers(
+    http: &reqwest::Client,
+    url: &str,
+    status: u16,
+    since: Instant,
+) -> Option<Duration> {
+    poll(Duration::from_secs(2), || async move {
+        (status_of(http, url).await == Some(status)).then(|| since.elapsed())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_follows_an_offline_and_an_online_by_someone_else() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    let mut w = Wrapper::start(
+        &server.grpc,
+        &["--readiness-port", "0", "--readiness-host", "127.0.0.1"],
+    )
+    .await;
+    let url = format!("http://{}/ready", w.readiness.clone().unwrap());
+    let http = reqwest::Client::new();
+    w.event("ready").await;
+    assert_eq!(status_of(&http, &url).await, Some(200));
+    let cli = |verb: &'static str, addr: String| {
+        let server = server.http.clone();
+        async move {
+            let args = ["--server", &server, verb, "demo", &addr, "--force"];
+            let args = if verb == "online" {
+                &args[..5]
+            } else {
+                &args[..]
+            };
+            Command::new(GANGWAY).args(args).output().await.unwrap()
+        }
+    };
+    let turned = Instant::now();
+    let out = cli("offline", w.addr()).await;
+    assert!(out.status.success(), "{out:?}");
+    w.event("out-of-view").await;
+    let offline = answers(&http, &url, 503, turned)
+        .await
+        .expect("/ready says 503 once someone else took the instance offline");
+    let body: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(body["state"], "offline", "{body}");
+    let turned = Instant::now();
+    let out = cli("online", w.addr()).await;
+    assert!(out.status.success(), "{out:?}");
+    w.event("ready").await;
+    let online = answers(&http, &url, 200, turned)
+        .await
+        .expect("/ready says 200 again once the instance is back and acked");
+    println!(
+        "/ready after someone else's offline: 503 {} ms after the command started; after the online: 200 after {} ms",
+        offline.as_millis(),
+        online.as_millis()
+    );
+}
+
+/// `gangway [--json] run ARGS` to its end, bounded: exit code, stdout lines, stderr lines.
+async fn run_to_end(args: &[&str]) -> (Option<i32>, Vec<String>, Vec<String>) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        Command::new(GANGWAY)
+            .args(args)
+            .env_remove("GANGWAY_SERVICE")
+            .env_remove("GANGWAY_PORT")
+            .env_remove("GANGWAY_IP")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("gangway run ended in time")
+    .unwrap();
+    let lines = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    (out.status.code(), lines(&out.stdout), lines(&out.stderr))
+}
+
+#[tokio::test]
+async fn a_child_that_never_gets_ready_ends_in_the_one_json_error_shape() {
+    let port = free_port().to_string();
+    let run = [
+        "run",
+        "--service",
+        "s",
+        "--port",
+        &port,
+        "--ready-timeout",
+        "300ms",
+        "--registry",
+        "127.0.0.1:1",
+        "--",
+        "sleep",
+        "60",
+    ];
+    let json: Vec<&str> = std::iter::once("--json").chain(run).collect();
+    let (code, out, err) = run_to_end(&json).await;
+    assert_eq!(code, Some(1), "{out:?} {err:?}");
+    let events: Vec<Value> = out
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["started", "not-ready", "stopping-child", "child-exited"],
+        "every step on stdout: {out:?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["error"]["code"], "not_ready", "{out:?}");
+    assert_eq!(last["error"]["field"], "--ready", "{out:?}");
+    assert!(last["error"]["message"].as_str().unwrap().contains("300ms"));
+    assert!(err.is_empty(), "nothing but logs on stderr: {err:?}");
+    let (code, out, err) = run_to_end(&run).await;
+    assert_eq!(code, Some(1));
+    assert!(out.is_empty(), "{out:?}");
+    assert!(
+        err.last()
+            .unwrap()
+            .starts_with("error: the child did not pass --ready"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_readiness_port_equal_to_the_port_is_one_line_and_exit_2() {
+    let run = [
+        "run",
+        "--service",
+        "s",
+        "--port",
+        "8080",
+        "--readiness-port",
+        "8080",
+        "--",
+        "true",
+    ];
+    let (code, out, err) = run_to_end(&run).await;
+    assert_eq!(code, Some(2));
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(err.len(), 1, "one line: {err:?}");
+    assert!(
+        err[0].contains("--readiness-port 8080") && err[0].contains("--port"),
+        "{err:?}"
+    );
+    let json: Vec<&str> = std::iter::once("--json").chain(run).collect();
+    let (code, out, _) = run_to_end(&json).await;
+    assert_eq!(code, Some(2));
+    let e: Value = serde_json::from_str(&out[0]).unwrap();
+    assert_eq!(e["error"]["code"], "invalid_argument");
+    assert_eq!(e["error"]["field"], "--readiness-port");
 }

@@ -14,6 +14,7 @@ use gangway_proto::v1 as pb;
 use gangway_proto::v1::client_message::Kind as Out;
 use gangway_proto::v1::registry_server::{Registry, RegistryServer};
 use gangway_proto::v1::server_message::Kind as In;
+use gangway_testkit::eventually;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
@@ -187,15 +188,6 @@ async fn connected(
         .unwrap()
         .expect("connect");
     (client, conn)
-}
-
-/// Polls `condition` until it holds, failing after [`WAIT`].
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 fn orders() -> ServiceKey {

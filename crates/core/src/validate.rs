@@ -344,14 +344,17 @@ pub fn metadata(value: &BTreeMap<String, String>) -> Result<(), ValidationError>
     Ok(())
 }
 
-/// A protect threshold: a ratio 0..=1.
+/// A protect threshold (field `protect_threshold`, Nacos `protectThreshold`): +0.0, or a normal
+/// number above 0 up to 1 (ratio); -0.0, subnormal numbers, NaN and infinities are refused.
 pub fn protect_threshold(value: f64) -> Result<(), ValidationError> {
-    if value.is_finite() && (0.0..=1.0).contains(&value) {
+    // `to_bits` tells +0.0 from -0.0; subnormal numbers are refused so that what is stored
+    // prints back as it was sent.
+    if value.to_bits() == 0 || (value.is_normal() && value > 0.0 && value <= 1.0) {
         Ok(())
     } else {
         Err(ValidationError::new(
             "protect_threshold",
-            format!("must be a ratio 0-1, got {value}"),
+            format!("must be 0 or a ratio above 0 up to 1 (no -0, no subnormal), got {value:?}"),
         ))
     }
 }

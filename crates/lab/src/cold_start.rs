@@ -18,7 +18,7 @@ use comfy_table::Table as TextTable;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::fleet::{Consumer, Instance, Kind, Registry};
+use crate::fleet::{Consumer, Instance, Kind, LabRegistry};
 use crate::load::{LoadReport, ms, run_load_at};
 use crate::scenario::{Mode, Params, SERVICE, secs};
 
@@ -154,7 +154,7 @@ pub async fn run(s: &Settings) -> Vec<(ColdStart, Result<ColdStartResult, String
 /// An instance that does not start, a consumer that never sees them all.
 pub async fn one(row: ColdStart, s: &Settings) -> anyhow::Result<ColdStartResult> {
     let params = &s.params;
-    let registry = Registry::start(Mode::Gangway, params).await?;
+    let registry = LabRegistry::start(Mode::Gangway, params).await?;
     let mut instances = Vec::new();
     let outcome = async {
         for i in 0..params.instances {

@@ -20,8 +20,9 @@ use tokio::task::JoinHandle;
 use crate::process::{Proc, STARTUP, field};
 use crate::scenario::{Mode, Params, SERVICE};
 
-/// A registry running in this process on free loopback ports.
-pub struct Registry {
+/// A gangway registry the lab runs in this process on free loopback ports (not the engine's
+/// [`gangway_server::Registry`]: this one owns the running server and its addresses).
+pub struct LabRegistry {
     server: gangway_server::RunningServer,
     /// Its REST address.
     pub http: SocketAddr,
@@ -67,7 +68,7 @@ pub struct Instance {
     child_pid: Option<i32>,
 }
 
-impl Registry {
+impl LabRegistry {
     /// Starts one for `mode` (classic: lease TTL as the mode says, delete after 2 x TTL).
     ///
     /// # Errors
@@ -80,7 +81,7 @@ impl Registry {
             config.liveness.lease_ttl = ttl;
             config.liveness.lease_delete_timeout = ttl * 2;
         }
-        let server = gangway_server::start(config)
+        let server = gangway_server::start_in_memory(config)
             .await
             .context("start the registry")?;
         Ok(Self {
@@ -104,7 +105,7 @@ impl Consumer {
     /// The registry is unreachable.
     pub async fn start(
         mode: Mode,
-        registry: &Registry,
+        registry: &LabRegistry,
         params: &Params,
         retry: bool,
     ) -> anyhow::Result<Self> {
@@ -198,7 +199,7 @@ impl Instance {
     pub async fn start(
         exe: &Path,
         kind: &Kind,
-        registry: &Registry,
+        registry: &LabRegistry,
         params: &Params,
         name: &str,
         extra: &[String],
@@ -268,7 +269,8 @@ impl Instance {
                 args.push(exe.display().to_string());
                 args.extend(demo(&format!("127.0.0.1:{port}")));
                 args.push(s("--no-register"));
-                let mut proc = Proc::spawn_stderr(exe, &args)?;
+                // `--json`: the steps are JSON lines on stdout (with the program's output).
+                let mut proc = Proc::spawn(exe, &args)?;
                 let started = proc.line("{\"event\":\"started\"", STARTUP).await?;
                 let child_pid = json_field(&started, "pid")
                     .and_then(|p| p.as_i64())

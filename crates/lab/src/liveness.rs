@@ -192,7 +192,7 @@ async fn start_registry(s: &Settings) -> anyhow::Result<gangway_server::RunningS
     let mut config = gangway_server::Config::for_tests();
     config.liveness.keepalive_interval = s.keepalive_interval;
     config.liveness.keepalive_timeout = s.keepalive_timeout;
-    gangway_server::start(config)
+    gangway_server::start_in_memory(config)
         .await
         .context("start the registry")
 }
@@ -459,7 +459,7 @@ async fn protect_threshold() -> anyhow::Result<Vec<Row>> {
     let mut config = gangway_server::Config::for_tests();
     config.liveness.lease_ttl = Duration::from_millis(500);
     config.liveness.lease_delete_timeout = Duration::from_secs(600);
-    let server = gangway_server::start(config)
+    let server = gangway_server::start_in_memory(config)
         .await
         .context("start the registry")?;
     let result = async {

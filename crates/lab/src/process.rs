@@ -33,8 +33,8 @@ impl Proc {
         Self::start(exe, args, false)
     }
 
-    /// Starts `exe args...` with **stderr** piped (where `gangway run` logs its steps) and
-    /// stdout discarded, stdin closed.
+    /// Starts `exe args...` with **stderr** piped (where `gangway run` logs its steps without
+    /// `--json`) and stdout discarded, stdin closed.
     ///
     /// # Errors
     /// The executable cannot be started.

@@ -20,7 +20,7 @@ use nix::sys::signal::Signal;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::fleet::{Consumer, Instance, Kind, Registry};
+use crate::fleet::{Consumer, Instance, Kind, LabRegistry};
 use crate::load::{LoadReport, ms, run_load_until};
 use crate::scenario::{Mode, Params, SERVICE, secs};
 
@@ -203,7 +203,7 @@ pub async fn run(s: &Settings) -> Vec<(Rollout, Result<RolloutResult, String>)> 
 /// # Errors
 /// An instance that does not start, a consumer that never sees them all.
 pub async fn one(rollout: Rollout, params: &Params) -> anyhow::Result<RolloutResult> {
-    let registry = Registry::start(rollout.mode, params).await?;
+    let registry = LabRegistry::start(rollout.mode, params).await?;
     let result = on(rollout, params, &registry).await;
     registry.shutdown().await;
     result
@@ -212,7 +212,7 @@ pub async fn one(rollout: Rollout, params: &Params) -> anyhow::Result<RolloutRes
 async fn on(
     rollout: Rollout,
     params: &Params,
-    registry: &Registry,
+    registry: &LabRegistry,
 ) -> anyhow::Result<RolloutResult> {
     let exe: PathBuf = params.exe.clone();
     let kind = rollout.kind();
@@ -312,7 +312,7 @@ async fn on(
 async fn leave(
     strategy: Strategy,
     old: &mut Instance,
-    registry: &Registry,
+    registry: &LabRegistry,
     params: &Params,
 ) -> anyhow::Result<()> {
     let limit = params.drain_timeout + Duration::from_secs(10);

@@ -238,7 +238,7 @@ pub async fn run(scenario: Scenario, params: &Params) -> anyhow::Result<Scenario
         config.liveness.lease_ttl = ttl;
         config.liveness.lease_delete_timeout = ttl * 2;
     }
-    let server = gangway_server::start(config)
+    let server = gangway_server::start_in_memory(config)
         .await
         .context("start the registry")?;
     let result = run_on(scenario, params, server.http_addr, server.grpc_addr).await;

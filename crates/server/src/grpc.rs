@@ -15,7 +15,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::config::DEFAULT_DRAIN_TIMEOUT;
 use crate::engine::{
     DrainReport, LivenessRequest, Push, Registry, RegistryError, Snapshot, SubscriberInfo,
     SubscriberKind,
@@ -79,10 +78,10 @@ fn pb_push(push: &Push) -> pb::ServerMessage {
     }
 }
 
-/// A wait's timeout from the request: 0 means the server's default.
-fn wait_timeout(timeout_ms: u64) -> Duration {
+/// A wait's timeout from the request: 0 means the server's (`Config::drain_timeout`).
+fn wait_timeout(registry: &Registry, timeout_ms: u64) -> Duration {
     if timeout_ms == 0 {
-        DEFAULT_DRAIN_TIMEOUT
+        registry.config().drain_timeout
     } else {
         Duration::from_millis(timeout_ms)
     }
@@ -110,6 +109,11 @@ impl pb::registry_server::Registry for SessionService {
         &self,
         request: Request<Streaming<pb::ClientMessage>>,
     ) -> Result<Response<SessionStream>, Status> {
+        if self.registry.is_loading() {
+            return Err(Status::unavailable(
+                "the registry is loading its store; retry shortly",
+            ));
+        }
         let peer = request
             .remote_addr()
             .map(|a: SocketAddr| a.to_string())
@@ -288,7 +292,7 @@ impl Session {
                 let registry = self.registry.clone();
                 self.reply_later(rid, async move {
                     let key = instance_key(d.instance)?;
-                    let timeout = wait_timeout(d.timeout_ms);
+                    let timeout = wait_timeout(&registry, d.timeout_ms);
                     registry
                         .drain(&service_key(d.service), &key, timeout, d.force)
                         .await
@@ -299,7 +303,7 @@ impl Session {
                 let registry = self.registry.clone();
                 self.reply_later(rid, async move {
                     let key = instance_key(w.instance)?;
-                    let timeout = wait_timeout(w.timeout_ms);
+                    let timeout = wait_timeout(&registry, w.timeout_ms);
                     registry
                         .wait_ready(&service_key(w.service), &key, timeout)
                         .await

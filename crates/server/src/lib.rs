@@ -3,9 +3,18 @@
 //! `/nacos/` on the HTTP port, the Nacos SDK gRPC services on the gRPC port), and Prometheus
 //! metrics.
 //!
+//! The caller binds the listeners and opens the store ([`start`]); [`start_in_memory`] does both
+//! on loopback for tests and embedding:
+//!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
-//! let server = gangway_server::start(gangway_server::Config::for_tests()).await?;
+//! use std::sync::Arc;
+//! use tokio::net::TcpListener;
+//!
+//! let http = TcpListener::bind("127.0.0.1:0").await?;
+//! let grpc = TcpListener::bind("127.0.0.1:0").await?;
+//! let store = Arc::new(gangway_store::MemoryStore::default());
+//! let server = gangway_server::start(gangway_server::Config::default(), store, http, grpc).await?;
 //! println!("REST on {}, gRPC on {}", server.http_addr, server.grpc_addr);
 //! server.shutdown().await;
 //! # Ok(()) }
@@ -16,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use gangway_store::{MemoryStore, Store};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -61,36 +71,39 @@ pub struct ShutdownReport {
     pub engine: engine::CloseReport,
 }
 
-/// Opens the store, loads durable state, binds both listeners and starts serving.
+/// Loads durable state from `store` and starts serving REST (and the Nacos HTTP API) on
+/// `http` and the native and Nacos gRPC protocols on `grpc`. The caller binds the listeners
+/// (so that a taken port fails before any store is opened) and chooses the store (the binary:
+/// redb under `--data-dir`).
 ///
-/// Errors: the data directory or store cannot be opened (e.g. another server holds it), or an
-/// address cannot be bound.
-pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
-    // Bind first: a taken port must not leave a new data directory behind.
-    let http_listener = TcpListener::bind(config.http)
-        .await
-        .with_context(|| format!("bind HTTP {}", config.http))?;
-    let grpc_listener = TcpListener::bind(config.grpc)
-        .await
-        .with_context(|| format!("bind gRPC {}", config.grpc))?;
-    let store: Arc<dyn gangway_store::Store> = match &config.data_dir {
-        Some(dir) => Arc::new(
-            gangway_store_redb::RedbStore::open(dir)
-                .with_context(|| format!("data dir {}", dir.display()))?,
-        ),
-        None => Arc::new(gangway_store::MemoryStore::default()),
-    };
+/// Errors: `config` is out of bounds ([`Config::validate`]), the store cannot be read, or a
+/// listener has no local address.
+pub async fn start(
+    config: Config,
+    store: Arc<dyn Store>,
+    http_listener: TcpListener,
+    grpc_listener: TcpListener,
+) -> anyhow::Result<RunningServer> {
+    config.validate()?;
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);
     let connection_metrics = serve::ConnectionMetrics::register(&mut prometheus);
-    let registry =
-        Registry::start(store, config.clone(), metrics).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The ports answer their health checks while the store loads.
+    let registry = Registry::start_loading(store, config.clone(), metrics);
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
 
-    let nacos = nacos::Nacos::new(registry.clone());
-    let router =
-        http::router(registry.clone(), prometheus).merge(nacos::http::router(nacos.clone()));
+    let nacos = nacos::Nacos::with_detection(
+        registry.clone(),
+        config.nacos.detect_after,
+        config.nacos.detect_timeout,
+    );
+    let router = http::router(registry.clone(), prometheus)
+        .merge(nacos::http::router(nacos.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            registry.clone(),
+            http::loading::gate,
+        ));
     let (nacos_request, nacos_bi_stream) = nacos::grpc::services(nacos.clone());
     let grpc_router =
         tonic::service::Routes::new(grpc::SessionService::new(registry.clone()).into_server())
@@ -125,15 +138,45 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     })
 }
 
+/// [`start`] on `127.0.0.1:0` for both ports with durable state in memory: for tests, the lab
+/// and embedding. Errors: as [`start`], or a loopback port cannot be bound.
+/// Returns once the (empty) store is loaded, so the server answers everything at once.
+pub async fn start_in_memory(config: Config) -> anyhow::Result<RunningServer> {
+    let http = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("bind HTTP 127.0.0.1:0")?;
+    let grpc = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("bind gRPC 127.0.0.1:0")?;
+    let server = start(config, Arc::new(MemoryStore::default()), http, grpc).await?;
+    server.loaded().await?;
+    Ok(server)
+}
+
 impl RunningServer {
-    /// Serves until the server stops by itself, which only an internal failure (a panicked
-    /// accept loop) makes it do.
+    /// Serves until the server stops by itself, which only an internal failure makes it do: a
+    /// store that could not be loaded, or a panicked accept loop.
     pub async fn wait(mut self) -> anyhow::Result<()> {
+        let load_failed = async {
+            match self.registry.loaded().await {
+                Err(e) => e,
+                Ok(()) => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            e = load_failed => anyhow::bail!("the store could not be loaded: {e}"),
             _ = self.http.ended() => {}
             _ = self.grpc.ended() => {}
         }
         anyhow::bail!("a listener stopped serving")
+    }
+
+    /// Resolves when the store is loaded; errors when it could not be.
+    pub async fn loaded(&self) -> anyhow::Result<()> {
+        self.registry
+            .loaded()
+            .await
+            .map_err(|e| anyhow::anyhow!("the store could not be loaded: {e}"))
     }
 
     /// Stops within [`Config::shutdown_timeout`]: stops accepting on both ports; holds back

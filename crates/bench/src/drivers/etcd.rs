@@ -7,6 +7,12 @@ use anyhow::{Context as _, bail};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
+use super::capability::{
+    Deregister, Driver, Hold, List, OnEtcd, OnUpdate, Persist, Register, Subscribe, Update,
+};
+use crate::load;
+use crate::system::Server;
+
 /// Called with each event of a watch (`{"type": "DELETE"?, "kv": {...}}`).
 pub type EventHandler = Box<dyn FnMut(&Value) + Send>;
 
@@ -192,6 +198,198 @@ impl Etcd {
                 }
             }
         }))
+    }
+}
+
+/// The value every driver but `lease+put` stores under an instance's key.
+const VALUE: &str = r#"{"weight":1.0}"#;
+/// TTL of the leases the drivers grant, in seconds: longer than any run.
+const LONG_TTL_S: u64 = 3600;
+/// TTL of `lease+put`'s per-instance leases, in seconds.
+const REGISTER_TTL_S: u64 = 600;
+
+/// The `lease+put` driver: a lease per instance, then the key under it, as registries use etcd;
+/// holding sessions, a lease per session (TTL 1 h, no keep-alive stream) and its instances'
+/// keys under it.
+pub struct EtcdLeasePut;
+
+/// The `put` driver: keys under one lease granted at connect (ephemeral), or without a lease
+/// (persistent: etcd's WAL is synced before the answer).
+pub struct EtcdPut;
+
+/// The `range` driver: a service's keys read with one range request, the answer parsed.
+pub struct EtcdRange;
+
+/// The `watch` driver: a prefix watch per subscriber, on its own HTTP connection; its
+/// instances are made by [`EtcdPut`].
+pub struct EtcdWatch;
+
+super::capability::driver!(EtcdLeasePut = "lease+put", served by OnEtcd);
+super::capability::driver!(EtcdPut = "put", served by OnEtcd);
+super::capability::driver!(EtcdRange = "range", served by OnEtcd);
+super::capability::driver!(EtcdWatch = "watch", served by OnEtcd);
+
+fn client(server: &Server, workers: usize) -> Etcd {
+    Etcd::new(super::pool(workers), server.http)
+}
+
+impl Register for EtcdLeasePut {
+    type Client = Etcd;
+
+    async fn connect(server: &Server, workers: usize) -> anyhow::Result<Etcd> {
+        Ok(client(server, workers))
+    }
+
+    async fn register(
+        client: &Etcd,
+        _worker: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        client
+            .register(svc, ip, port, REGISTER_TTL_S)
+            .await
+            .map(drop)
+    }
+}
+
+/// Leases standing for sessions, with the client that granted them.
+pub struct Leases {
+    etcd: Etcd,
+    ids: Vec<String>,
+}
+
+impl Hold for EtcdLeasePut {
+    type Sessions = Leases;
+
+    async fn open(server: &Server, n: usize) -> anyhow::Result<Leases> {
+        let etcd = Etcd::new(super::http_client(128), server.http);
+        let ids = load::for_each(n, 128, "leases", |_| etcd.grant(LONG_TTL_S)).await?;
+        Ok(Leases { etcd, ids })
+    }
+
+    async fn register(
+        sessions: &Leases,
+        session: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        let lease = &sessions.ids[session % sessions.ids.len()];
+        sessions
+            .etcd
+            .put(&key(svc, ip, port), VALUE, Some(lease))
+            .await
+    }
+}
+
+/// A client with the one lease its keys go under.
+pub struct Leased {
+    etcd: Etcd,
+    lease: String,
+}
+
+impl Register for EtcdPut {
+    type Client = Leased;
+
+    async fn connect(server: &Server, workers: usize) -> anyhow::Result<Leased> {
+        let etcd = client(server, workers);
+        let lease = etcd.grant(LONG_TTL_S).await?;
+        Ok(Leased { etcd, lease })
+    }
+
+    async fn register(
+        client: &Leased,
+        _worker: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        client
+            .etcd
+            .put(&key(svc, ip, port), VALUE, Some(&client.lease))
+            .await
+    }
+}
+
+impl Deregister for EtcdPut {
+    async fn deregister(
+        client: &Leased,
+        _worker: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        client.etcd.delete(&key(svc, ip, port)).await
+    }
+}
+
+impl Persist for EtcdPut {
+    type Client = Etcd;
+    type Lister = EtcdRange;
+
+    async fn connect(server: &Server, connections: usize) -> anyhow::Result<Etcd> {
+        Ok(client(server, connections))
+    }
+
+    async fn register(client: &Etcd, svc: &str, ip: &str, port: u16) -> anyhow::Result<()> {
+        client.put(&key(svc, ip, port), VALUE, None).await
+    }
+}
+
+impl List for EtcdRange {
+    type Client = Etcd;
+
+    async fn connect(server: &Server, connections: usize) -> anyhow::Result<Etcd> {
+        Ok(client(server, connections))
+    }
+
+    async fn list(client: &Etcd, svc: &str) -> anyhow::Result<()> {
+        client.list(svc).await.map(drop)
+    }
+
+    async fn count(client: &Etcd, svc: &str) -> anyhow::Result<usize> {
+        client.list(svc).await
+    }
+}
+
+/// Open watches; dropping them ends each watch's task.
+pub struct Watches(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+impl Subscribe for EtcdWatch {
+    type Producer = EtcdPut;
+    type Held = Watches;
+    const SENDS_LISTS: bool = false;
+    const PRODUCED_VIA: &'static str = "";
+
+    async fn subscribe(
+        server: &Server,
+        svc: &str,
+        n: usize,
+        on_update: OnUpdate,
+    ) -> anyhow::Result<Watches> {
+        let e = Etcd::new(super::http_client(n), server.http);
+        let label = format!("{n} subscribers ({})", Self::NAME);
+        let handles = load::for_each(n, 128, &label, |i| {
+            let on_update = on_update.clone();
+            let h: EventHandler = Box::new(move |ev: &Value| {
+                let deleted = ev["type"] == "DELETE";
+                let key = ev["kv"]["key"].as_str().unwrap_or("");
+                on_update(i, Update::Event { key, deleted });
+            });
+            e.watch(svc, h)
+        })
+        .await?;
+        Ok(Watches(handles))
     }
 }
 

@@ -2,21 +2,50 @@
 //! server rather than an SDK. Every driver speaks to loopback only.
 //!
 //! - [`native`]: gangway's gRPC session protocol (raw `gangway_proto` messages);
-//! - [`rest`]: gangway's REST API;
+//! - [`rest`]: gangway's REST API, and [`rest_driver`] the drivers built on it;
 //! - [`nacos_http`]: Nacos v1 HTTP (gangway's compat layer and rnacos, the same code);
 //! - [`nacos_grpc`]: the Nacos 2.x SDK gRPC protocol (gangway's compat layer and rnacos);
 //! - [`etcd`]: etcd v3 through its JSON gRPC gateway (no protoc, no etcd client crate).
+//!
+//! Workloads use them through the capability traits of [`capability`], implemented by one
+//! zero-sized type per table `driver` name, next to the client it drives:
+//!
+//! | driver | type | capabilities | systems |
+//! |---|---|---|---|
+//! | `native-grpc` | [`NativeGrpc`] | register, deregister, subscribe, hold | gangway |
+//! | `max-sessions` | [`MaxSessions`] | (the scale workload's own probe) | gangway |
+//! | `nacos-grpc` | [`NacosGrpc`] | register, subscribe, hold | gangway, rnacos |
+//! | `nacos-http` | [`NacosV1`] | register, deregister, list | gangway, rnacos |
+//! | `nacos-http-persistent` | [`NacosV1Persistent`] | persist | gangway, rnacos |
+//! | `rest` | [`RestApi`] | register (leases), list | gangway |
+//! | `rest-persistent` | [`RestPersistent`] | persist | gangway |
+//! | `lease+put` | [`EtcdLeasePut`] | register (a lease each), hold | etcd |
+//! | `put` | [`EtcdPut`] | register (one lease), deregister, persist | etcd |
+//! | `range` | [`EtcdRange`] | list | etcd |
+//! | `watch` | [`EtcdWatch`] | subscribe | etcd |
 
+pub mod capability;
 pub mod etcd;
 pub mod nacos_grpc;
 pub mod nacos_http;
 pub mod native;
 pub mod rest;
+pub mod rest_driver;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
+
+pub use capability::{
+    Deregister, Driver, Hold, List, OnEtcd, OnGangway, OnRnacos, OnUpdate, Persist, Register,
+    Serves, SessionBound, Subscribe, SystemKind, Update,
+};
+pub use etcd::{EtcdLeasePut, EtcdPut, EtcdRange, EtcdWatch};
+pub use nacos_grpc::NacosGrpc;
+pub use nacos_http::{NacosV1, NacosV1Persistent};
+pub use native::{MaxSessions, NativeGrpc};
+pub use rest_driver::{RestApi, RestPersistent};
 
 /// The namespace every driver writes to (spelled out: Nacos servers differ on what "" means).
 pub const NAMESPACE: &str = "public";
@@ -55,6 +84,12 @@ pub fn http_client(connections: usize) -> reqwest::Client {
         .timeout(Duration::from_secs(30))
         .build()
         .expect("static client configuration")
+}
+
+/// The HTTP client of an HTTP driver connected for `workers`: two idle connections per worker,
+/// at least 64, so one worker may keep 64 requests in flight without reconnecting.
+pub fn pool(workers: usize) -> reqwest::Client {
+    http_client((2 * workers).max(64))
 }
 
 #[cfg(test)]

@@ -16,7 +16,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
+use super::capability::{OnGangway, OnRnacos, OnUpdate, Register, SessionBound, Subscribe, Update};
+use super::nacos_http::NacosV1;
 use super::{GROUP, NAMESPACE};
+use crate::load;
+use crate::system::Server;
 
 /// Called with the `serviceInfo` of every push, before it is answered.
 pub type PushHandler = Arc<dyn Fn(&Value) + Send + Sync>;
@@ -221,4 +225,70 @@ pub fn host_ports(service_info: &Value) -> impl Iterator<Item = u64> + '_ {
         .into_iter()
         .flatten()
         .filter_map(|h| h["port"].as_u64())
+}
+
+/// The `nacos-grpc` driver: connections as a Nacos 2.x SDK opens them, one per worker; pushes
+/// answered at once. Its subscribers' instances are made over Nacos v1 HTTP ([`NacosV1`]):
+/// instances registered over rnacos's gRPC did not show in its lists in our runs
+/// (docs/benchmarks.md).
+pub struct NacosGrpc;
+
+super::capability::driver!(NacosGrpc = "nacos-grpc", served by OnGangway, OnRnacos);
+
+/// Opens `n` connections to `server`, with `handler(i)` as connection i's push handler.
+async fn connections(
+    server: &Server,
+    n: usize,
+    handler: impl Fn(usize) -> Option<PushHandler>,
+) -> anyhow::Result<Vec<NacosConn>> {
+    let addr = server.grpc;
+    let handler = &handler;
+    load::for_each(n, 128, &format!("{n} nacos connections"), |i| async move {
+        NacosConn::connect(addr, handler(i)).await
+    })
+    .await
+}
+
+impl Register for NacosGrpc {
+    type Client = Vec<NacosConn>;
+
+    async fn connect(server: &Server, workers: usize) -> anyhow::Result<Vec<NacosConn>> {
+        connections(server, workers.max(1), |_| None).await
+    }
+
+    async fn register(
+        client: &Vec<NacosConn>,
+        worker: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        client[worker % client.len()].register(svc, ip, port).await
+    }
+}
+
+impl SessionBound for NacosGrpc {}
+
+impl Subscribe for NacosGrpc {
+    type Producer = NacosV1;
+    type Held = Vec<NacosConn>;
+    const SENDS_LISTS: bool = true;
+    const PRODUCED_VIA: &'static str = "v1 HTTP leases";
+
+    async fn subscribe(
+        server: &Server,
+        svc: &str,
+        n: usize,
+        on_update: OnUpdate,
+    ) -> anyhow::Result<Vec<NacosConn>> {
+        let conns = connections(server, n, |i| {
+            let on_update = on_update.clone();
+            let h: PushHandler =
+                Arc::new(move |info: &Value| on_update(i, Update::Ports(&mut host_ports(info))));
+            Some(h)
+        })
+        .await?;
+        load::for_each(n, 128, "subscribe", |i| conns[i].subscribe(svc)).await?;
+        Ok(conns)
+    }
 }

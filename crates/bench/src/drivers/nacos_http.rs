@@ -3,7 +3,9 @@
 
 use anyhow::bail;
 
+use super::capability::{Deregister, List, OnGangway, OnRnacos, Persist, Register};
 use super::{GROUP, NAMESPACE};
+use crate::system::Server;
 
 /// A Nacos v1 HTTP client for one server.
 #[derive(Clone)]
@@ -100,6 +102,77 @@ impl NacosHttp {
             .client
             .get(format!("{}/instance/list?{query}", self.base));
         self.send(req).await
+    }
+}
+
+/// The `nacos-http` driver: Nacos v1 HTTP with ephemeral instances (leases the bench never
+/// renews: Nacos keeps them healthy for 15 s and listed for 30 s) and lists.
+pub struct NacosV1;
+
+/// The `nacos-http-persistent` driver: Nacos v1 HTTP with `ephemeral=false` instances, stored
+/// by the server (rnacos: its Raft log).
+pub struct NacosV1Persistent;
+
+super::capability::driver!(NacosV1 = "nacos-http", served by OnGangway, OnRnacos);
+super::capability::driver!(NacosV1Persistent = "nacos-http-persistent", served by OnGangway, OnRnacos);
+
+impl Register for NacosV1 {
+    type Client = NacosHttp;
+
+    async fn connect(server: &Server, workers: usize) -> anyhow::Result<NacosHttp> {
+        Ok(NacosHttp::new(super::pool(workers), server.http))
+    }
+
+    async fn register(
+        client: &NacosHttp,
+        _worker: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        client.register(svc, ip, port, true).await
+    }
+}
+
+impl Deregister for NacosV1 {
+    async fn deregister(
+        client: &NacosHttp,
+        _worker: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        client.deregister(svc, ip, port, true).await
+    }
+}
+
+impl List for NacosV1 {
+    type Client = NacosHttp;
+
+    async fn connect(server: &Server, connections: usize) -> anyhow::Result<NacosHttp> {
+        Ok(NacosHttp::new(super::pool(connections), server.http))
+    }
+
+    async fn list(client: &NacosHttp, svc: &str) -> anyhow::Result<()> {
+        client.list(svc).await.map(drop)
+    }
+
+    async fn count(client: &NacosHttp, svc: &str) -> anyhow::Result<usize> {
+        let body: serde_json::Value = serde_json::from_slice(&client.list(svc).await?)?;
+        Ok(body["hosts"].as_array().map_or(0, Vec::len))
+    }
+}
+
+impl Persist for NacosV1Persistent {
+    type Client = NacosHttp;
+    type Lister = NacosV1;
+
+    async fn connect(server: &Server, connections: usize) -> anyhow::Result<NacosHttp> {
+        Ok(NacosHttp::new(super::pool(connections), server.http))
+    }
+
+    async fn register(client: &NacosHttp, svc: &str, ip: &str, port: u16) -> anyhow::Result<()> {
+        client.register(svc, ip, port, false).await
     }
 }
 

@@ -12,7 +12,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
+use super::capability::{
+    Deregister, OnGangway, OnUpdate, Register, SessionBound, Subscribe, Update,
+};
 use super::{GROUP, NAMESPACE};
+use crate::load;
+use crate::system::Server;
 
 /// Called with the view a pushed snapshot or delta leaves, before it is acked.
 pub type SnapshotHandler = Arc<dyn Fn(&View) + Send + Sync>;
@@ -224,5 +229,100 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.reader.abort();
+    }
+}
+
+/// The `native-grpc` driver: gangway's own gRPC sessions, one per worker, each on its own
+/// connection; subscribers hold the pushed views and ack each one at once.
+pub struct NativeGrpc;
+
+/// The `max-sessions` driver: idle native sessions multiplexed on shared connections, to find
+/// how many sessions one gangway holds (the scale workload's probe, in the scale module).
+pub struct MaxSessions;
+
+super::capability::driver!(NativeGrpc = "native-grpc", served by OnGangway);
+super::capability::driver!(MaxSessions = "max-sessions", served by OnGangway);
+
+/// Opens `n` sessions on `server`, each on its own connection, named `{prefix}-{i}`, with
+/// `handler(i)` as session i's snapshot handler.
+async fn sessions(
+    server: &Server,
+    n: usize,
+    prefix: &str,
+    handler: impl Fn(usize) -> Option<SnapshotHandler>,
+) -> anyhow::Result<Vec<Session>> {
+    let addr = server.grpc;
+    let handler = &handler;
+    load::for_each(
+        n,
+        128,
+        &format!("{n} native sessions ({prefix})"),
+        |i| async move {
+            let ch = super::channel(addr).await?;
+            Session::open(ch, &format!("{prefix}-{i}"), handler(i)).await
+        },
+    )
+    .await
+}
+
+impl Register for NativeGrpc {
+    type Client = Vec<Session>;
+
+    async fn connect(server: &Server, workers: usize) -> anyhow::Result<Vec<Session>> {
+        sessions(server, workers.max(1), "bench", |_| None).await
+    }
+
+    async fn register(
+        client: &Vec<Session>,
+        worker: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        client[worker % client.len()]
+            .register(svc, ip, port)
+            .await
+            .map(drop)
+    }
+}
+
+impl Deregister for NativeGrpc {
+    async fn deregister(
+        client: &Vec<Session>,
+        worker: usize,
+        svc: &str,
+        ip: &str,
+        port: u16,
+    ) -> anyhow::Result<()> {
+        client[worker % client.len()]
+            .deregister(svc, ip, port)
+            .await
+            .map(drop)
+    }
+}
+
+impl SessionBound for NativeGrpc {}
+
+impl Subscribe for NativeGrpc {
+    type Producer = NativeGrpc;
+    type Held = Vec<Session>;
+    const SENDS_LISTS: bool = true;
+    const PRODUCED_VIA: &'static str = "";
+
+    async fn subscribe(
+        server: &Server,
+        svc: &str,
+        n: usize,
+        on_update: OnUpdate,
+    ) -> anyhow::Result<Vec<Session>> {
+        let subs = sessions(server, n, "bench-sub", |i| {
+            let on_update = on_update.clone();
+            let h: SnapshotHandler =
+                Arc::new(move |view| on_update(i, Update::Ports(&mut view.ports())));
+            Some(h)
+        })
+        .await?;
+        load::for_each(n, 128, "subscribe", |i| subs[i].subscribe(svc)).await?;
+        Ok(subs)
     }
 }

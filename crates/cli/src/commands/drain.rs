@@ -25,7 +25,8 @@ Without --wait the instance is set offline (enabled=false) and the command retur
 With --wait it drains: offline, then wait until every live subscriber has acked the new \
 revision, bounded by --timeout. Use it as a Kubernetes preStop hook instead of `sleep N`, \
 with the instance in the container's environment (Kubernetes does not expand $(POD_IP) in a \
-hook's command): GANGWAY_SERVICE, GANGWAY_IP (fieldRef status.podIP), GANGWAY_PORT, and \
+hook's command): GANGWAY_SERVICE, GANGWAY_IP (fieldRef status.podIP; default: the local \
+address of the route toward the registry, as `gangway run` registers it), GANGWAY_PORT, and \
 GANGWAY_SERVER for the registry:
   lifecycle: {{preStop: {{exec: {{command: [gangway, offline, --wait]}}}}}}
 
@@ -94,7 +95,7 @@ pub struct OnlineArgs {
 
 /// `gangway offline`.
 pub async fn offline(ctx: &Context, args: OfflineArgs) -> Outcome {
-    let instance = args.instance.resolve()?;
+    let instance = args.instance.resolve_toward(&ctx.server).await?;
     if args.wait {
         return run_drain(ctx, &instance, args.timeout, args.force).await;
     }
@@ -113,7 +114,7 @@ pub async fn offline(ctx: &Context, args: OfflineArgs) -> Outcome {
 
 /// `gangway online`.
 pub async fn online(ctx: &Context, args: OnlineArgs) -> Outcome {
-    let instance = args.instance.resolve()?;
+    let instance = args.instance.resolve_toward(&ctx.server).await?;
     if args.wait {
         let reply = ctx
             .registry
@@ -146,7 +147,8 @@ pub async fn online(ctx: &Context, args: OnlineArgs) -> Outcome {
 
 /// `gangway drain`.
 pub async fn drain(ctx: &Context, args: DrainArgs) -> Outcome {
-    run_drain(ctx, &args.instance.resolve()?, args.timeout, args.force).await
+    let instance = args.instance.resolve_toward(&ctx.server).await?;
+    run_drain(ctx, &instance, args.timeout, args.force).await
 }
 
 async fn run_drain(ctx: &Context, inst: &InstanceArgs, timeout: Duration, force: bool) -> Outcome {

@@ -18,6 +18,9 @@ pub mod watch;
 pub struct Context {
     /// Client of the registry named by `--server`.
     pub registry: RestClient,
+    /// `--server` as given: where the route toward the registry leads
+    /// ([`crate::route::local_ip_toward`]).
+    pub server: String,
     /// `--json`: print raw JSON answers instead of tables.
     pub json: bool,
 }
@@ -31,7 +34,11 @@ impl Context {
         let registry = RestClient::builder(server)
             .user_agent(concat!("gangway-cli/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self { registry, json })
+        Ok(Self {
+            registry,
+            server: server.to_owned(),
+            json,
+        })
     }
 }
 

@@ -161,13 +161,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
     let data = tempfile::tempdir().context("temporary data directory")?;
     let config = gangway_server::Config {
-        http: "127.0.0.1:0".parse()?,
-        grpc: "127.0.0.1:0".parse()?,
-        data_dir: Some(data.path().to_path_buf()),
         warmup: Duration::ZERO,
         ..gangway_server::Config::default()
     };
-    let server = gangway_server::start(config).await?;
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let store = gangway_store_redb::RedbStore::open(data.path())?;
+    let server = gangway_server::start(config, std::sync::Arc::new(store), http, grpc).await?;
     let registry = server.grpc_addr.to_string();
     println!(
         "registry: http={} grpc={} (store in {})",

@@ -1,5 +1,8 @@
-//! The wrapper's log: one line per step on stderr, with its time since the start and, once a
-//! stop signal came, since that signal; `--json` makes each line a JSON object for machines.
+//! The wrapper's log: one line per step, with its time since the start and, once a stop signal
+//! came, since that signal. For people (the default) the lines go to stderr, with the other
+//! logs; with `--json` each line is a JSON object on **stdout**, the CLI's machine output
+//! (every command's `--json` answer goes there), while logs stay on stderr. The child shares
+//! both streams: a reader of the JSON takes the lines that start with `{"event":`.
 
 use std::io::Write;
 use std::sync::Mutex;
@@ -7,7 +10,8 @@ use std::sync::Mutex;
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// Where the steps of `gangway run` are written (stderr; the child keeps stdout and stderr).
+/// Where the steps of `gangway run` are written: stderr, or stdout with `--json` (the child
+/// keeps both).
 #[derive(Debug)]
 pub struct Events {
     json: bool,
@@ -37,12 +41,29 @@ impl Events {
         self.emit("signal", &[("signal", Value::from(name))]);
     }
 
-    /// Writes one step: `event` and its fields.
+    /// Writes one step: `event` and its fields, as one write of one line (a pipe keeps it
+    /// whole among the child's output).
     pub fn emit(&self, event: &str, fields: &[(&str, Value)]) {
-        let line = self.render(event, fields, Instant::now());
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{line}");
-        let _ = err.flush();
+        let mut line = self.render(event, fields, Instant::now());
+        line.push('\n');
+        // A closed stream (`| head`) is no reason to stop the lifecycle.
+        let _ = if self.json {
+            write_line(std::io::stdout().lock(), &line)
+        } else {
+            write_line(std::io::stderr().lock(), &line)
+        };
+    }
+
+    /// The wrapper gives up (exit 1): its error as every command prints one, after the steps.
+    /// With `--json` the CLI's one error shape on stdout, `{"error": {"code", "message",
+    /// "field"}}`; else `error: MESSAGE` on stderr.
+    pub fn give_up(&self, code: &str, message: &str, field: Option<&str>) {
+        let _ = if self.json {
+            let line = format!("{}\n", crate::error::error_json(code, message, field));
+            write_line(std::io::stdout().lock(), &line)
+        } else {
+            write_line(std::io::stderr().lock(), &format!("error: {message}\n"))
+        };
     }
 
     /// The line for one step at `now`.
@@ -82,6 +103,11 @@ impl Events {
             line
         }
     }
+}
+
+fn write_line(mut out: impl Write, line: &str) -> std::io::Result<()> {
+    out.write_all(line.as_bytes())?;
+    out.flush()
 }
 
 fn ms(d: std::time::Duration) -> f64 {

@@ -7,22 +7,28 @@
 //!    wrapper or of the child removes the instance at once. With `--warmup` the registration
 //!    carries the warm-up metadata, so native consumers ramp its weight up.
 //! 3. Waits until every live subscriber acked a revision holding it (ack-based readiness,
-//!    [`Registration::ready`]); `/ready` of `--readiness-port` answers 200 from then on.
+//!    [`Registration::ready`]); `/ready` of `--readiness-port` answers 200 from then on, as
+//!    long as the instance stays in the consumer view: the wrapper subscribes to its own
+//!    service, so an offline by someone else (`gangway offline`, `drain`) turns `/ready` to 503
+//!    at once, and an online back to 200 once every subscriber acked it again.
 //! 4. Keeps probing every `--probe-interval`: after `--fall` failures in a row it deregisters
 //!    the instance (consumers drop it at once), after `--rise` successes it registers it again
 //!    (with a new warm-up) and waits for the acks again.
 //! 5. On SIGTERM or SIGINT: `/ready` says 503, offline + ack-based drain (`--drain-timeout`,
-//!    forced: the process leaves even as the last instance), then the `--on-drain` hook (run by
-//!    `sh -c`, at most `--on-drain-timeout`), then `--linger` (for programs that cut off
-//!    in-flight requests on SIGTERM), then SIGTERM to the child's process group and SIGKILL
-//!    after `--grace`; exits with the child's code. Further signals change nothing.
+//!    forced: the process leaves even as the last instance; the step ends after at most
+//!    `--drain-timeout` + [`DRAIN_ANSWER_SLACK`] whatever the registry does), then the
+//!    `--on-drain` hook (run by `sh -c` in its own process group, which is killed after
+//!    `--on-drain-timeout`), then `--linger` (for programs that cut off in-flight requests on
+//!    SIGTERM), then SIGTERM to the child's process group and SIGKILL after `--grace`; exits
+//!    with the child's code. Further signals change nothing. The whole stop takes at most
+//!    `--drain-timeout` + 1 s + `--on-drain-timeout` + `--linger` + `--grace`.
 //! 6. The child exiting by itself: deregister at once, exit with its code (128 + signal when a
 //!    signal ended it).
 //!
 //! Every step is logged on stderr with its time since the start and since the signal
 //! ([`events`]); `--json` writes JSON lines. A SIGKILL of the wrapper ends its session, so the
-//! registry drops the instance at once; the child then lives on without it (nothing runs after
-//! a SIGKILL), except in a container, where it dies with the wrapper (PID 1).
+//! registry drops the instance at once, and the kernel kills the child (PR_SET_PDEATHSIG on
+//! Linux, [`child`]), as a container's end would.
 //!
 //! Exit status: the child's; 1 when the wrapper gave up (not ready in time, registry
 //! unreachable, registration refused), after stopping the child; 2 for bad arguments.
@@ -35,7 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use gangway_client::balance::warm_up::warm_up_metadata;
-use gangway_client::{Client, ClientConfig, ReadyReport, Registration};
+use gangway_client::{Client, ClientConfig, ReadyReport, Registration, Subscription};
 use gangway_core::model::{DEFAULT_GROUP, DEFAULT_NAMESPACE, InstanceKey, ServiceKey};
 use serde_json::Value;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -60,6 +66,12 @@ use readiness::{Readiness, ReadyState};
 pub const STARTUP_POLL: Duration = Duration::from_millis(100);
 /// Pause between two readiness waits that did not complete (refused, or laggards).
 pub const ACK_RETRY: Duration = Duration::from_millis(500);
+/// Longest wait for the session to close at the end of a stop.
+pub const SESSION_CLOSE_WAIT: Duration = Duration::from_millis(500);
+/// Added to `--drain-timeout` for the registry's answer to arrive: the drain step of a stop
+/// ends after at most their sum whatever the registry does (paused, unreachable, partitioned),
+/// and the stop goes on with the hook and the child (docs/kubernetes.md counts it).
+pub const DRAIN_ANSWER_SLACK: Duration = Duration::from_secs(1);
 
 /// Flags of `gangway run`.
 #[derive(Debug, Args)]
@@ -78,8 +90,8 @@ pub struct RunArgs {
     /// The child's port (the instance's port, and what `--ready tcp` connects to).
     #[arg(long, env = "GANGWAY_PORT", value_parser = parse_port, value_name = "PORT")]
     pub port: u16,
-    /// The instance's IP as registered [default: the address the registry sees this wrapper
-    /// connect from].
+    /// The instance's IP as registered [default: the local address of the route toward the
+    /// registry, the address `gangway offline` also defaults to].
     #[arg(long, env = "GANGWAY_IP", value_name = "IP")]
     pub ip: Option<String>,
     /// Registry gRPC address (one for now; several once the cluster mode lands).
@@ -144,14 +156,16 @@ pub struct RunArgs {
     /// start curve, from the registration time).
     #[arg(long, value_parser = parse_period, value_name = "DURATION")]
     pub warmup: Option<Duration>,
-    /// Longest wait for the subscribers' acks when draining on SIGTERM/SIGINT.
+    /// Longest wait for the subscribers' acks when draining on SIGTERM/SIGINT; the step ends
+    /// after at most this + 1 s, whatever the registry does.
     #[arg(long, default_value = "30s", value_parser = parse_period, value_name = "DURATION")]
     pub drain_timeout: Duration,
     /// After the drain, run this (with `sh -c`) and wait for it before stopping the child:
     /// for what the registry cannot see (stop consuming a queue, stop a scheduler).
     #[arg(long, value_name = "CMD")]
     pub on_drain: Option<String>,
-    /// Longest wait for --on-drain; it is killed after this.
+    /// Longest wait for --on-drain; it and what it started (its process group) are killed
+    /// after this.
     #[arg(long, default_value = "30s", value_parser = parse_period, value_name = "DURATION")]
     pub on_drain_timeout: Duration,
     /// After the drain and the hook, wait this long before signalling the program: requests
@@ -176,6 +190,9 @@ struct Plan {
     registry: String,
 }
 
+/// A bad argument: the flag at fault and the line that says what is wrong.
+type Problem = (&'static str, String);
+
 /// Why the serving phase ended.
 enum End {
     /// A stop signal.
@@ -185,37 +202,52 @@ enum End {
 }
 
 impl Plan {
-    /// Every problem at once, each naming its flag.
-    fn new(args: RunArgs) -> Result<Self, Vec<String>> {
+    /// Every problem at once, each naming its flag (the flag, and the line that says it).
+    fn new(args: RunArgs) -> Result<Self, Vec<Problem>> {
         let mut problems = Vec::new();
         if let Err(e) = gangway_core::validate::name("service", &args.service) {
-            problems.push(format!("--service (GANGWAY_SERVICE): {}", e.message));
+            problems.push((
+                "--service",
+                format!("--service (GANGWAY_SERVICE): {}", e.message),
+            ));
         }
         if let Some((ip, Err(e))) = args
             .ip
             .as_deref()
             .map(|ip| (ip, gangway_core::validate::ip(ip)))
         {
-            problems.push(format!("--ip (GANGWAY_IP) {ip:?}: {}", e.message));
+            problems.push(("--ip", format!("--ip (GANGWAY_IP) {ip:?}: {}", e.message)));
         }
         let meta: BTreeMap<String, String> = args.meta.iter().cloned().collect();
         if let Err(e) = gangway_core::validate::metadata(&meta) {
-            problems.push(format!("--meta: {}", e.message));
+            problems.push(("--meta", format!("--meta: {}", e.message)));
         }
         let check = ReadyCheck::parse(&args.ready, args.port)
-            .map_err(|e| problems.push(format!("--ready: {e}")))
+            .map_err(|e| problems.push(("--ready", format!("--ready: {e}"))))
             .ok();
         // One registry address for now; the list becomes a fallback order with [cluster].
         let registry = match args.registries.as_slice() {
             [one] => Some(one.clone()),
             _ => {
-                problems.push(
+                problems.push((
+                    "--registry",
                     "--registry: give exactly one address (several come with the cluster mode)"
                         .to_owned(),
-                );
+                ));
                 None
             }
         };
+        if args.readiness_port == Some(args.port) {
+            // The child would fail to bind it, or the probe would ask the child for /ready.
+            problems.push((
+                "--readiness-port",
+                format!(
+                    "--readiness-port {0} is --port (GANGWAY_PORT) {0}, the child's port: give \
+                     the readiness endpoint a port of its own",
+                    args.port
+                ),
+            ));
+        }
         match (check, registry) {
             (Some(check), Some(registry)) if problems.is_empty() => Ok(Self {
                 service: ServiceKey::new(
@@ -249,8 +281,12 @@ impl Plan {
 pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // Bad arguments go out as every other command's: one line, exit 2.
     let plan = Plan::new(args).map_err(|problems| CliError::Usage {
-        field: None,
-        message: problems.join("; "),
+        field: problems.first().map(|(field, _)| (*field).to_owned()),
+        message: problems
+            .iter()
+            .map(|(_, line)| line.as_str())
+            .collect::<Vec<_>>()
+            .join("; "),
     })?;
     let events = Arc::new(Events::new(json));
     // Handlers first: a signal during start-up must reach the drain logic, not kill us.
@@ -312,6 +348,9 @@ async fn lifecycle(
                     events.emit("not-ready", &[("check", plan.check.to_string().into()),
                         ("after_ms", (args.ready_timeout.as_millis() as u64).into())]);
                     stop_child(child, args, events, None).await;
+                    events.give_up("not_ready", &format!(
+                        "the child did not pass --ready {} within --ready-timeout {:?}",
+                        plan.check, args.ready_timeout), Some("--ready"));
                     return EXIT_FAILURE;
                 }
                 tokio::time::sleep(STARTUP_POLL).await;
@@ -334,22 +373,36 @@ async fn lifecycle(
             Err(e) => {
                 events.emit("registry-unreachable", &[("error", e.to_string().into())]);
                 stop_child(child, args, events, None).await;
+                events.give_up("unreachable", &e.to_string(), Some("--registry"));
                 return EXIT_FAILURE;
             }
         },
     };
+    // The same default as `gangway offline` (and `online`, `drain`) uses to find it again.
     let ip = match &args.ip {
         Some(ip) => ip.clone(),
-        None => client
-            .session()
-            .and_then(|s| peer_ip(&s.peer))
-            .unwrap_or_else(|| "127.0.0.1".to_owned()),
+        None => match crate::route::local_ip_toward(&plan.registry).await {
+            Ok(ip) => ip.to_string(),
+            // The route was there a moment ago (the session is up): what the registry saw.
+            Err(_) => client
+                .session()
+                .and_then(|s| peer_ip(&s.peer))
+                .unwrap_or_else(|| "127.0.0.1".to_owned()),
+        },
     };
     let instance = InstanceKey::new(&ip, args.port, args.cluster.as_deref().unwrap_or(""));
+    // Subscribed before registering, so that this subscription is among those whose acks the
+    // readiness waits for: when they are complete, its view holds the instance.
+    let mut view = InView::follow(&client, &plan.service, &instance, events).await;
     let mut registration = match register(plan, &client, &instance, events).await {
         Ok(r) => Some(r),
-        Err(()) => {
+        Err(e) => {
             stop_child(child, args, events, Some(&client)).await;
+            events.give_up(
+                e.code().map_or("register_failed", |c| c.as_str()),
+                &e.to_string(),
+                None,
+            );
             return EXIT_FAILURE;
         }
     };
@@ -359,6 +412,8 @@ async fn lifecycle(
         .map(|r| spawn_ack_wait(r.clone(), args.ack_timeout, events.clone()));
     let mut checks = spawn_prober(plan.check.clone(), args.probe_interval, args.probe_timeout);
     let (mut passed, mut failed) = (0u32, 0u32);
+    // The last complete readiness wait of the current registration, while still in the view.
+    let mut acked: Option<ReadyReport> = None;
     let end = loop {
         tokio::select! {
             name = next_signal(term, int) => break End::Signal(name),
@@ -372,19 +427,40 @@ async fn lifecycle(
             report = async { acks.as_mut().expect("guarded").await }, if acks.is_some() => {
                 acks = None;
                 if let Ok(report) = report {
-                    readiness.set(ReadyState::Ready);
-                    events.emit("ready", &[
-                        ("revision", report.revision.into()),
-                        ("waited_ms", report.waited_ms.into()),
-                        ("acked", report.acked.len().into()),
-                    ]);
+                    if view.now {
+                        ready(readiness, events, &report);
+                    }
+                    acked = Some(report);
                 }
             }
+            now = view.flipped() => if registration.is_some() {
+                if now {
+                    events.emit("in-view", &[("instance", instance.addr().into())]);
+                    match &acked {
+                        Some(report) => ready(readiness, events, report),
+                        None => {
+                            readiness.set(ReadyState::Starting);
+                            if acks.is_none() {
+                                let r = registration.clone().expect("guarded");
+                                acks = Some(spawn_ack_wait(r, args.ack_timeout, events.clone()));
+                            }
+                        }
+                    }
+                } else {
+                    // Taken offline by someone else (`gangway offline`, a drain, weight 0):
+                    // not ready until it is back in the view and acked there again.
+                    if let Some(task) = acks.take() { task.abort(); }
+                    acked = None;
+                    readiness.set(ReadyState::Offline);
+                    events.emit("out-of-view", &[("instance", instance.addr().into())]);
+                }
+            },
             Some(ok) = checks.recv() => {
                 if ok { passed += 1; failed = 0 } else { failed += 1; passed = 0 }
                 if failed >= args.fall {
                     if let Some(r) = registration.take() {
                         if let Some(task) = acks.take() { task.abort(); }
+                        acked = None;
                         readiness.set(ReadyState::Unhealthy);
                         let result = r.deregister().await;
                         events.emit("unhealthy", &[
@@ -406,14 +482,14 @@ async fn lifecycle(
     if let Some(task) = acks.take() {
         task.abort();
     }
-    drop(checks);
+    drop((checks, view));
     match end {
         End::ChildExited(status) => {
             if let Some(r) = registration.take() {
                 let result = r.deregister().await;
                 events.emit("deregistered", &[("ok", result.is_ok().into())]);
             }
-            client.close();
+            close_session(&client).await;
             exited(Ok(status), events)
         }
         End::Signal(name) => {
@@ -434,8 +510,25 @@ async fn shut_down(
     client: &Client,
 ) -> u8 {
     if let Some(r) = registration {
-        match r.drain(args.drain_timeout, true).await {
-            Ok(report) => events.emit(
+        // The client alone would wait for the answer up to its request timeout more, and while
+        // disconnected for the next session: bound the step here.
+        let bound = args.drain_timeout + DRAIN_ANSWER_SLACK;
+        match tokio::time::timeout(bound, r.drain(args.drain_timeout, true)).await {
+            Err(_) => events.emit(
+                "drain-failed",
+                &[
+                    (
+                        "error",
+                        format!(
+                            "no answer from the registry within --drain-timeout + {}s",
+                            DRAIN_ANSWER_SLACK.as_secs()
+                        )
+                        .into(),
+                    ),
+                    ("after_ms", (bound.as_millis() as u64).into()),
+                ],
+            ),
+            Ok(Ok(report)) => events.emit(
                 "drained",
                 &[
                     ("revision", report.revision.into()),
@@ -445,7 +538,7 @@ async fn shut_down(
                     ("laggards", laggards(&report)),
                 ],
             ),
-            Err(e) => events.emit("drain-failed", &[("error", e.to_string().into())]),
+            Ok(Err(e)) => events.emit("drain-failed", &[("error", e.to_string().into())]),
         }
     }
     if let Some(hook) = &args.on_drain {
@@ -456,6 +549,74 @@ async fn shut_down(
         tokio::time::sleep(args.linger).await;
     }
     stop_child(child, args, events, Some(client)).await
+}
+
+/// Whether the instance is in the consumer view, as the wrapper's own subscription to its
+/// service sees it: what makes `/ready` follow an offline (or online) by someone else.
+struct InView {
+    /// `None` when the subscription failed or ended: then the view is not followed.
+    subscription: Option<Subscription>,
+    instance: InstanceKey,
+    /// In the view now (true when not followed).
+    now: bool,
+}
+
+impl InView {
+    /// Subscribes to `service`; a refusal is logged, and the view is then not followed.
+    async fn follow(
+        client: &Client,
+        service: &ServiceKey,
+        instance: &InstanceKey,
+        events: &Events,
+    ) -> Self {
+        let subscription = match client.subscribe(service.clone()).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                events.emit("subscribe-failed", &[("error", e.to_string().into())]);
+                None
+            }
+        };
+        Self {
+            now: subscription.is_none(),
+            subscription,
+            instance: instance.clone(),
+        }
+    }
+
+    /// Resolves when the instance enters (`true`) or leaves (`false`) the view; never when the
+    /// view is not followed. Cancellation safe.
+    async fn flipped(&mut self) -> bool {
+        loop {
+            let Some(subscription) = self.subscription.as_mut() else {
+                return std::future::pending().await;
+            };
+            let now = match subscription.changed().await {
+                Ok(view) => view.contains(&self.instance),
+                Err(_) => {
+                    // The client closed: nothing to follow any more.
+                    self.subscription = None;
+                    true
+                }
+            };
+            if now != self.now {
+                self.now = now;
+                return now;
+            }
+        }
+    }
+}
+
+/// Every subscriber acked a view holding the instance, and it is in the view: `/ready` says 200.
+fn ready(readiness: &Readiness, events: &Events, report: &ReadyReport) {
+    readiness.set(ReadyState::Ready);
+    events.emit(
+        "ready",
+        &[
+            ("revision", report.revision.into()),
+            ("waited_ms", report.waited_ms.into()),
+            ("acked", report.acked.len().into()),
+        ],
+    );
 }
 
 /// The laggards of a drain or readiness report, as `id@address`.
@@ -475,7 +636,7 @@ async fn register(
     client: &Client,
     instance: &InstanceKey,
     events: &Events,
-) -> Result<Arc<Registration>, ()> {
+) -> Result<Arc<Registration>, gangway_client::Error> {
     match client
         .register(
             plan.service.clone(),
@@ -502,7 +663,7 @@ async fn register(
         }
         Err(e) => {
             events.emit("register-failed", &[("error", e.to_string().into())]);
-            Err(())
+            Err(e)
         }
     }
 }
@@ -526,17 +687,15 @@ fn spawn_ack_wait(
     })
 }
 
-/// Runs the `--on-drain` hook with `sh -c`, killing it after `timeout`.
+/// Runs the `--on-drain` hook with `sh -c` in a process group of its own (as the child,
+/// [`Child::spawn`]); after `timeout` the whole group is killed, so what the hook started goes
+/// too.
 async fn on_drain(hook: &str, timeout: Duration, events: &Events) {
-    let started = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(hook)
-        .kill_on_drop(true)
-        .spawn();
-    let mut proc = match started {
+    let argv = ["sh".to_owned(), "-c".to_owned(), hook.to_owned()];
+    let mut proc = match Child::spawn(&argv) {
         Ok(p) => p,
         Err(e) => {
-            events.emit("on-drain-failed", &[("error", e.to_string().into())]);
+            events.emit("on-drain-failed", &[("error", format!("{e:#}").into())]);
             return;
         }
     };
@@ -576,9 +735,20 @@ async fn stop_child(
         }
     };
     if let Some(c) = client {
-        c.close();
+        close_session(c).await;
     }
     code
+}
+
+/// Ends the session and waits, at most [`SESSION_CLOSE_WAIT`], until the client's task has
+/// closed it: exiting with the stream still open would tear it down under the task, which
+/// would then log a lost session on a normal stop.
+async fn close_session(client: &Client) {
+    client.close();
+    let deadline = Instant::now() + SESSION_CLOSE_WAIT;
+    while client.is_connected() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// The child exited by itself: log it and pass its code on.
@@ -664,11 +834,11 @@ mod tests {
         ])
         .unwrap();
         let problems = Plan::new(a).err().unwrap();
-        assert_eq!(problems.len(), 4, "{problems:?}");
-        assert!(problems[0].starts_with("--service"), "{problems:?}");
-        assert!(problems[1].starts_with("--ip"), "{problems:?}");
-        assert!(problems[2].starts_with("--ready"), "{problems:?}");
-        assert!(problems[3].starts_with("--registry"), "{problems:?}");
+        let fields: Vec<&str> = problems.iter().map(|(f, _)| *f).collect();
+        assert_eq!(fields, ["--service", "--ip", "--ready", "--registry"]);
+        for (field, line) in &problems {
+            assert!(line.starts_with(field), "{problems:?}");
+        }
         assert!(
             parse(&["--service", "s", "--port", "80"]).is_err(),
             "no command"

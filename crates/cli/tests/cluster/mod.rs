@@ -262,23 +262,9 @@ impl DemoService {
     }
 }
 
-/// Polls `probe` every 20 ms until it returns `Some`, at most `deadline`.
-pub async fn poll<T, F, Fut>(deadline: Duration, mut probe: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + deadline;
-    loop {
-        if let Some(v) = probe().await {
-            return Some(v);
-        }
-        if Instant::now() >= end {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// Polling with a deadline (not every test file polls).
+#[allow(unused_imports)]
+pub use gangway_testkit::poll;
 
 /// Addresses in a listing answer.
 pub fn addresses(listing: &Value) -> Vec<String> {

@@ -227,6 +227,10 @@ fn protect_threshold_is_a_ratio() {
     assert_eq!(protect_threshold(1.0), Ok(()));
     assert!(protect_threshold(1.01).is_err());
     assert!(protect_threshold(-0.1).is_err());
+    assert!(protect_threshold(-0.0).is_err());
+    assert!(protect_threshold(f64::MIN_POSITIVE / 2.0).is_err());
+    assert!(protect_threshold(f64::NAN).is_err());
+    assert_eq!(protect_threshold(f64::MIN_POSITIVE), Ok(()));
 }
 
 proptest! {
@@ -234,7 +238,9 @@ proptest! {
     fn name_accepts_exactly_the_alphabet(s in "\\PC{0,140}") {
         let allowed = !s.is_empty()
             && s.chars().count() <= 128
-            && s.chars().all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c));
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c))
+            && s != "."
+            && s != "..";
         prop_assert_eq!(name("service", &s).is_ok(), allowed);
     }
 

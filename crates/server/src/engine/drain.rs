@@ -50,6 +50,7 @@ impl Registry {
         let started = Instant::now();
         let patch = Patch {
             enabled: Some(false),
+            until_gone: true,
             force,
             ..Patch::default()
         };
@@ -78,7 +79,9 @@ impl Registry {
     /// Subscribers that leave meanwhile leave the wait. Cancel-safe.
     ///
     /// Errors: 404 unknown instance; 409 when the instance is not in the consumer view
-    /// (offline, unhealthy or weight 0): no revision could make it ready.
+    /// (offline, unhealthy or weight 0): no revision could make it ready; 409
+    /// [`RegistryError::LeftView`] when it left the view during the wait (a drain or an offline
+    /// overtook it).
     pub async fn wait_ready(
         &self,
         service: &ServiceKey,
@@ -100,19 +103,19 @@ impl Registry {
         };
         let progress = self.wait_acks(service, revision, started + timeout).await;
         let waited = started.elapsed();
-        let mut notes = common_notes(service, revision, waited, &progress);
         let still_in = self
             .lock()
             .services
             .get(service)
             .is_some_and(|s| s.in_view(key));
         if !still_in {
-            notes.push(format!(
-                "{key} left the consumer view of {service} during the wait"
-            ));
+            return Err(RegistryError::LeftView {
+                service: service.clone(),
+                instance: key.clone(),
+            });
         }
-        let mut report = report(revision, waited, progress, notes);
-        report.complete &= still_in;
+        let notes = common_notes(service, revision, waited, &progress);
+        let report = report(revision, waited, progress, notes);
         tracing::info!(%service, instance = %key, revision, waited_ms = report.waited_ms, complete = report.complete, "ready wait");
         Ok(report)
     }

@@ -94,6 +94,18 @@ pub enum RegistryError {
         /// The instance.
         instance: InstanceKey,
     },
+    /// A readiness wait ended because the instance left the consumer view meanwhile (taken
+    /// offline, drained, unhealthy or weight 0): it will not become ready.
+    #[error(
+        "{instance} left the consumer view of {service} during the readiness wait (taken \
+         offline, drained, unhealthy or weight 0)"
+    )]
+    LeftView {
+        /// The service.
+        service: ServiceKey,
+        /// The instance.
+        instance: InstanceKey,
+    },
     /// A service that still holds instances cannot be deleted.
     #[error("service {0} still holds instances; deregister them first")]
     ServiceNotEmpty(ServiceKey),
@@ -138,6 +150,7 @@ impl RegistryError {
                 | RegistryError::LastServingInstance { .. }
                 | RegistryError::NotLeaseKept { .. }
                 | RegistryError::NotInView { .. }
+                | RegistryError::LeftView { .. }
                 | RegistryError::ServiceNotEmpty(_)
         )
     }

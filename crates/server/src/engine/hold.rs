@@ -11,9 +11,12 @@
 //! treats it like a restart, as etcd's lessor does after a leader change: every lease and
 //! poller is extended by the stall, snapshots are held back for
 //! [`Config::stall_recovery`](crate::Config::stall_recovery), sessions that end meanwhile
-//! leave their instances in [`Liveness::Grace`] (their clients reconnect and re-register them),
-//! lease expiry, poller expiry and probe failures wait, and only when the recovery ends is
-//! what is really gone removed and published.
+//! leave their instances in [`Liveness::Grace`] for
+//! [`Config::stall_grace`](crate::Config::stall_grace) (their clients reconnect and
+//! re-register them: Nacos SDKs do it 14-28 s after the resume, after their own health check
+//! and redo timers), lease expiry, poller expiry and probe failures wait, and only when the
+//! recovery ends is what is really gone (expired leases, pollers) removed and published; a
+//! grace instance no session took back goes when its grace ends.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -27,6 +30,7 @@ use super::{Liveness, Registry};
 /// Why snapshots are held back; pushes flow when none is set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Holds {
+    pub(crate) loading: bool,
     pub(crate) warmup: bool,
     pub(crate) recovery: bool,
     pub(crate) shutdown: bool,
@@ -34,7 +38,7 @@ pub(crate) struct Holds {
 
 impl Holds {
     pub(crate) fn any(self) -> bool {
-        self.warmup || self.recovery || self.shutdown
+        self.loading || self.warmup || self.recovery || self.shutdown
     }
 }
 
@@ -61,6 +65,11 @@ impl StallClock {
                 epoch: 0,
             }),
         }
+    }
+
+    /// Starts the clock again at `now` (after loading the store, which is no stall).
+    pub(crate) fn reset(&self, now: Instant) {
+        self.lock().last_seen = now;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
@@ -139,6 +148,9 @@ impl Registry {
             let mut deadlines = Vec::new();
             for (svc, service) in state.services.iter_mut() {
                 for entry in service.instances.values_mut() {
+                    if let Liveness::Grace { until } = &mut entry.liveness {
+                        *until += gap;
+                    }
                     if let Liveness::Lease(lease) = &mut entry.liveness {
                         lease.last_heartbeat += gap;
                         let next = if entry.instance.healthy {
@@ -171,9 +183,8 @@ impl Registry {
         });
     }
 
-    /// Ends the recovery started at `epoch` unless a later stall extended it: removes the
-    /// instances whose session ended and that no session registered again, then lets pushes
-    /// flow (unless another hold is on).
+    /// Ends the recovery started at `epoch` unless a later stall extended it: lets pushes flow
+    /// (unless another hold is on). Instances in grace stay until their own deadline.
     fn end_recovery(&self, epoch: u64) {
         {
             let mut clock = self.inner.clock.lock();
@@ -182,20 +193,53 @@ impl Registry {
             }
             clock.recovering_until = None;
         }
+        self.set_hold(|h| h.recovery = false);
+        tracing::info!("stall recovery over: pushing snapshots");
+    }
+
+    /// Removes, at `until`, the instances in grace whose deadline has passed by then and that
+    /// no session registered again, in one revision per service. A stall meanwhile moves the
+    /// deadlines on (see `begin_recovery`): the task then waits for the earliest one left. One
+    /// task per session that ended during a recovery; it ends when no instance of it is left
+    /// in grace.
+    pub(crate) fn expire_grace_at(&self, until: Instant) {
+        let registry = self.clone();
+        tokio::spawn(async move {
+            let mut next = until;
+            loop {
+                tokio::time::sleep_until(next).await;
+                let now = Instant::now();
+                // A stall while asleep is noticed (and the deadlines moved) before any removal.
+                registry.observe_clock(now);
+                match registry.remove_expired_grace(now) {
+                    Some(later) => next = later,
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// Removes the instances whose grace ended by `now`; returns the earliest deadline still
+    /// ahead, if any. O(instances) of the registry: runs once per grace deadline, which only
+    /// a stall of the registry itself creates.
+    fn remove_expired_grace(&self, now: Instant) -> Option<Instant> {
         let mut state = self.lock();
-        let gone: Vec<(ServiceKey, InstanceKey)> = state
-            .services
-            .iter()
-            .flat_map(|(svc, s)| {
-                s.instances
-                    .values()
-                    .filter(|e| matches!(e.liveness, Liveness::Grace))
-                    .map(move |e| (svc.clone(), e.instance.key.clone()))
-            })
-            .collect();
+        let mut gone: Vec<(ServiceKey, InstanceKey)> = Vec::new();
+        let mut later: Option<Instant> = None;
+        for (svc, s) in &state.services {
+            for e in s.instances.values() {
+                if let Liveness::Grace { until } = e.liveness {
+                    if until <= now {
+                        gone.push((svc.clone(), e.instance.key.clone()));
+                    } else {
+                        later = Some(later.map_or(until, |l| l.min(until)));
+                    }
+                }
+            }
+        }
         let mut touched: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
         for (svc, key) in gone {
-            tracing::info!(service = %svc, instance = %key, "stall recovery over: session did not come back, removed");
+            tracing::info!(service = %svc, instance = %key, "stall grace over: no session registered it again, removed");
             state.remove(&svc, &key);
             match touched.iter_mut().find(|(s, _)| s == &svc) {
                 Some((_, keys)) => keys.push(key),
@@ -205,11 +249,6 @@ impl Registry {
         for (svc, keys) in &touched {
             state.publish(svc, Changed::Keys(keys.clone()));
         }
-        drop(state);
-        self.set_hold(|h| h.recovery = false);
-        tracing::info!(
-            removed = touched.len(),
-            "stall recovery over: pushing snapshots"
-        );
+        later
     }
 }

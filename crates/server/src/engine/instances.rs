@@ -105,15 +105,16 @@ impl Registry {
             Liveness::Probe(p) => Some(p.clone()),
             _ => None,
         };
-        let (batch, marked, reservations) = {
+        let (batch, durably_marked, reservations) = {
             let mut state = self.lock();
             state.check_register(&service, &instance, &liveness)?;
-            let marked = state.marks.contains_key(&mark_key);
-            if marked {
+            let marked = state.marks.get(&mark_key).map(|m| m.until_gone);
+            if marked.is_some() {
                 instance.enabled = false;
             }
+            let durably_marked = marked == Some(false);
             let mut batch = Vec::new();
-            if offline && !marked {
+            if offline && !durably_marked {
                 batch.push(Write::PutOfflineMark(
                     service.clone(),
                     key.clone(),
@@ -133,18 +134,20 @@ impl Registry {
             let leaving = state.reserve_leaving(self, &service, &instance, false)?;
             let kind =
                 (!batch.is_empty()).then(|| state.reserve_kind(self, &service, kind_of(&liveness)));
-            (batch, marked, (kind, leaving))
+            (batch, durably_marked, (kind, leaving))
         };
         let apply = {
             let service = service.clone();
             move |state: &mut State| -> Result<u64, RegistryError> {
                 // Checked again: a session may have ended (or taken the instance) meanwhile.
                 state.check_register(&service, &instance, &liveness)?;
-                if !instance.enabled {
-                    state.marks.entry(mark_key).or_insert(MarkEntry {
-                        mark: OfflineMark { since_ms: now_ms() },
-                        gone_since: None,
-                    });
+                if offline {
+                    // Registered offline (Nacos enabled=false): the durable mark.
+                    state
+                        .marks
+                        .entry(mark_key)
+                        .or_insert_with(|| MarkEntry::new(false))
+                        .until_gone = false;
                 }
                 Ok(state.insert_and_publish(&service, instance, liveness))
             }
@@ -159,7 +162,7 @@ impl Registry {
         let revision = match applied {
             Ok(revision) => revision,
             Err(e) => {
-                if offline && !marked && !matches!(e, RegistryError::Store(_)) {
+                if offline && !durably_marked && !matches!(e, RegistryError::Store(_)) {
                     // The mark was written but the registration refused: undo the mark.
                     let undo = vec![Write::DeleteOfflineMark(service.clone(), key.clone())];
                     if let Err(undo_err) = self.commit(undo, |_| Ok(())).await {
@@ -300,9 +303,12 @@ impl Registry {
             }
             if let Some(enabled) = patch.enabled {
                 instance.enabled = enabled;
-                let has_mark = state.marks.contains_key(&(service.clone(), key.clone()));
-                match (enabled, has_mark) {
-                    (false, false) => batch.push(Write::PutOfflineMark(
+                let durable = state
+                    .marks
+                    .get(&(service.clone(), key.clone()))
+                    .is_some_and(|m| !m.until_gone);
+                match (enabled, durable) {
+                    (false, false) if !patch.until_gone => batch.push(Write::PutOfflineMark(
                         service.clone(),
                         key.clone(),
                         OfflineMark { since_ms: now_ms() },
@@ -327,17 +333,16 @@ impl Registry {
             let leaving = state.reserve_leaving(self, &service, &instance, patch.force)?;
             (instance, leaving)
         };
-        let enabled = patch.enabled;
+        let (enabled, until_gone) = (patch.enabled, patch.until_gone);
         let apply = move |state: &mut State| -> Result<(u64, Instance), RegistryError> {
             match enabled {
                 Some(false) => {
-                    state
+                    let mark = state
                         .marks
                         .entry((service.clone(), key.clone()))
-                        .or_insert(MarkEntry {
-                            mark: OfflineMark { since_ms: now_ms() },
-                            gone_since: None,
-                        });
+                        .or_insert_with(|| MarkEntry::new(until_gone));
+                    // A durable offline over a drain's mark makes it durable; never the reverse.
+                    mark.until_gone &= until_gone;
                 }
                 Some(true) => {
                     state.marks.remove(&(service.clone(), key.clone()));

@@ -38,8 +38,8 @@ mod leases;
 mod probe;
 mod service;
 mod sessions;
-mod state;
 mod shutdown;
+mod state;
 mod subscribers;
 #[cfg(test)]
 mod tests;
@@ -63,8 +63,13 @@ pub enum Liveness {
     /// Persistent, probed by the registry.
     Probe(ProbeSpec),
     /// Ephemeral, its session ended while the registry recovered from its own stall: kept,
-    /// owned by nobody, until a session registers it again or the recovery ends (then removed).
-    Grace,
+    /// owned by nobody, until a session registers it again or `until` passes (then removed):
+    /// the session's end plus [`Config::stall_grace`](crate::Config::stall_grace), moved on by
+    /// a later stall as leases are.
+    Grace {
+        /// When the instance goes if no session registered it again.
+        until: Instant,
+    },
 }
 
 impl Liveness {
@@ -74,7 +79,7 @@ impl Liveness {
             Liveness::Session(_) => "session",
             Liveness::Lease(_) => "lease",
             Liveness::Probe(_) => "probe",
-            Liveness::Grace => "grace",
+            Liveness::Grace { .. } => "grace",
         }
     }
 }
@@ -122,8 +127,15 @@ pub struct Patch {
     pub weight: Option<f64>,
     /// New metadata (replaces the map).
     pub metadata: Option<BTreeMap<String, String>>,
-    /// Offline (`false`) or online (`true`), with the durable offline mark.
+    /// Offline (`false`) or online (`true`), with the durable offline mark: an operator's
+    /// offline survives re-registration of the same address and registry restarts, until
+    /// online (Nacos `enabled=false` semantics).
     pub enabled: Option<bool>,
+    /// With `enabled: Some(false)`: the offline lasts only until the instance leaves
+    /// (deregistered, lease expired, session closed), held in memory, not in the store, so a
+    /// restarted process on the same address serves again. What a drain sets (default false:
+    /// the durable mark). Never weakens a durable mark already there.
+    pub until_gone: bool,
     /// Apply even when the change takes the last instance out of the consumer view (default
     /// false: such a change is refused with 409).
     pub force: bool,
@@ -140,7 +152,8 @@ pub struct ServiceSummary {
     pub revision: u64,
     /// All instances.
     pub instances: usize,
-    /// Instances in the consumer view.
+    /// Serving instances: enabled, healthy, weight > 0 (as `/metrics` counts them; while the
+    /// protect threshold fires the consumer view also holds the unhealthy enabled ones).
     pub serving: usize,
     /// Live subscribers.
     pub subscribers: usize,
@@ -153,12 +166,22 @@ pub(crate) struct Inner {
     committer: durable::Committer,
     pub(crate) config: Config,
     boot_id: String,
-    /// Why snapshots are held back (warm-up after start, stall recovery, shutdown).
+    /// Why snapshots are held back (loading, warm-up after start, stall recovery, shutdown).
     holds: watch::Sender<hold::Holds>,
+    /// Whether the store's contents are in.
+    load: watch::Sender<LoadState>,
     clock: hold::StallClock,
     pub(crate) metrics: Metrics,
     probes: Mutex<HashMap<(ServiceKey, InstanceKey), tokio::task::AbortHandle>>,
     next_id: AtomicU64,
+}
+
+/// Where loading the store stands.
+#[derive(Debug, Clone)]
+enum LoadState {
+    Loading,
+    Loaded,
+    Failed(RegistryError),
 }
 
 /// The registry. Cheap to clone; all clones share one state.
@@ -173,7 +196,7 @@ fn summary(s: &service::ServiceEntry) -> ServiceSummary {
         kind: s.kind(),
         revision: s.revision,
         instances: s.instances.len(),
-        serving: s.serving(),
+        serving: s.tally().serving,
         subscribers: s.subscribers.len(),
         settings: s.settings.clone(),
     }
@@ -187,7 +210,7 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 impl Registry {
-    /// Loads durable state from `store`, starts the group-commit thread, probes for persistent
+    /// Loads durable state from `store`, then starts the group commit, probes for persistent
     /// instances, the lease, mark and poller checker, and the warm-up timer. Loading publishes
     /// one revision per service, not one per instance. Must run inside a tokio runtime.
     ///
@@ -198,39 +221,51 @@ impl Registry {
         metrics: Metrics,
     ) -> Result<Self, RegistryError> {
         let contents = store.load()?;
+        let registry = Self::empty(store, config, metrics);
+        registry.load(contents);
+        Ok(registry)
+    }
+
+    /// [`Registry::start`] without waiting for the store: the registry is returned at once,
+    /// *loading* ([`Registry::is_loading`], pushes held) while a blocking task reads the store,
+    /// so that a server answers its health check during a long load. Transports refuse other
+    /// requests meanwhile (503 / UNAVAILABLE). [`Registry::loaded`] resolves when the data is
+    /// in, with the store's error if it could not be read.
+    pub fn start_loading(store: Arc<dyn Store>, config: Config, metrics: Metrics) -> Self {
+        let registry = Self::empty(store.clone(), config, metrics);
+        let loader = registry.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let read = tokio::task::spawn_blocking(move || store.load()).await;
+            match read {
+                Ok(Ok(contents)) => {
+                    let instances: usize = contents.instances.values().map(|m| m.len()).sum();
+                    loader.load(contents);
+                    tracing::info!(
+                        instances,
+                        ms = started.elapsed().as_millis() as u64,
+                        "store loaded"
+                    );
+                }
+                Ok(Err(e)) => loader.load_failed(e.into()),
+                Err(e) => loader.load_failed(RegistryError::Internal(format!("load task: {e}"))),
+            }
+        });
+        registry
+    }
+
+    /// A registry holding nothing yet, loading.
+    fn empty(store: Arc<dyn Store>, config: Config, metrics: Metrics) -> Self {
         let boot_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        let mut state = State {
+        let state = State {
             revision: boot_micros,
             ..State::default()
         };
-        for (key, settings) in &contents.services {
-            state.service(key).settings = settings.clone();
-        }
-        let now = Instant::now();
-        for ((svc, key), mark) in &contents.offline_marks {
-            // Absent until a registration says otherwise; the expiry clock starts now.
-            state.marks.insert(
-                (svc.clone(), key.clone()),
-                MarkEntry {
-                    mark: mark.clone(),
-                    gone_since: Some(now),
-                },
-            );
-        }
-        let mut persistent = Vec::new();
-        for (svc, instances) in contents.instances {
-            for stored in instances.into_values() {
-                let mut instance = stored.instance;
-                instance.healthy = true;
-                persistent.push((svc.clone(), instance.key.clone(), stored.probe.clone()));
-                state.insert(&svc, instance, Liveness::Probe(stored.probe));
-            }
-            state.publish(&svc, Changed::All);
-        }
         let holds = hold::Holds {
+            loading: true,
             warmup: !config.warmup.is_zero(),
             ..hold::Holds::default()
         };
@@ -241,6 +276,7 @@ impl Registry {
                 committer,
                 boot_id: format!("{boot_micros:x}"),
                 holds: watch::channel(holds).0,
+                load: watch::channel(LoadState::Loading).0,
                 clock: hold::StallClock::new(Instant::now()),
                 metrics,
                 probes: Mutex::new(HashMap::new()),
@@ -249,11 +285,72 @@ impl Registry {
             }),
         };
         queue.start(store, Arc::downgrade(&registry.inner));
-        for (svc, key, spec) in persistent {
-            registry.start_probe(svc, key, spec);
+        registry
+    }
+
+    /// Fills the state from the store's contents (one revision per service), then starts
+    /// probes and background work and ends the loading.
+    fn load(&self, contents: gangway_store::Contents) {
+        let mut persistent = Vec::new();
+        {
+            let mut state = self.lock();
+            for (key, settings) in contents.services {
+                state.service(&key).settings = settings;
+            }
+            let now = Instant::now();
+            for ((svc, key), mark) in contents.offline_marks {
+                // Absent until a registration says otherwise; the expiry clock starts now.
+                state.marks.insert(
+                    (svc, key),
+                    MarkEntry {
+                        mark,
+                        gone_since: Some(now),
+                        until_gone: false,
+                    },
+                );
+            }
+            for (svc, instances) in contents.instances {
+                for stored in instances.into_values() {
+                    let mut instance = stored.instance;
+                    instance.healthy = true;
+                    persistent.push((svc.clone(), instance.key.clone(), stored.probe.clone()));
+                    state.insert(&svc, instance, Liveness::Probe(stored.probe));
+                }
+                state.publish(&svc, Changed::All);
+            }
         }
-        registry.spawn_background();
-        Ok(registry)
+        for (svc, key, spec) in persistent {
+            self.start_probe(svc, key, spec);
+        }
+        // The time the load took is no stall of the registry.
+        self.inner.clock.reset(Instant::now());
+        self.spawn_background();
+        self.inner.load.send_replace(LoadState::Loaded);
+        self.set_hold(|h| h.loading = false);
+    }
+
+    fn load_failed(&self, e: RegistryError) {
+        tracing::error!(error = %e, "the store could not be loaded");
+        self.inner.load.send_replace(LoadState::Failed(e));
+    }
+
+    /// True until the store's contents are in (see [`Registry::start_loading`]).
+    pub fn is_loading(&self) -> bool {
+        !matches!(*self.inner.load.borrow(), LoadState::Loaded)
+    }
+
+    /// Resolves when the store's contents are in; errors when they could not be read (the
+    /// registry then holds nothing and must not serve).
+    pub async fn loaded(&self) -> Result<(), RegistryError> {
+        let mut rx = self.inner.load.subscribe();
+        let state = rx
+            .wait_for(|s| !matches!(s, LoadState::Loading))
+            .await
+            .map_err(|_| RegistryError::Internal("the registry is gone".into()))?;
+        match &*state {
+            LoadState::Failed(e) => Err(e.clone()),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {

@@ -139,8 +139,9 @@ impl ServiceEntry {
             .is_some_and(|e| self.tally.in_view(&e.instance, self.threshold()))
     }
 
-    /// Instances in the consumer view. O(1).
-    pub(crate) fn serving(&self) -> usize {
+    /// Instances in the consumer view (serving ones, or every enabled one while the protect
+    /// threshold fires). O(1).
+    pub(crate) fn view_len(&self) -> usize {
         self.tally.view_len(self.threshold())
     }
 
@@ -192,7 +193,7 @@ impl ServiceEntry {
                 Changed::Keys(k) => keys.extend(k.iter()),
             }
         }
-        if keys.len() * 2 > self.serving().max(1) {
+        if keys.len() * 2 > self.view_len().max(1) {
             return Push::Full(self.snapshot());
         }
         let mut upserted = Vec::new();

@@ -35,8 +35,8 @@ impl Registry {
     /// Ends a session: its instances go at once (one revision per service), its subscriptions
     /// leave every drain's wait. Costs what the session owns, not what the registry holds.
     /// While the registry recovers from its own stall the instances stay instead, in
-    /// [`Liveness::Grace`], until their client registers them again on a new session or the
-    /// recovery ends (see `engine::hold`). While the registry stops they stay too: nothing is
+    /// [`Liveness::Grace`], until their client registers them again on a new session or
+    /// [`Config::stall_grace`](crate::Config::stall_grace) (60 s) passes (see `engine::hold`). While the registry stops they stay too: nothing is
     /// published any more, so removing them would only slow the stop.
     pub fn close_session(&self, id: &str) {
         let recovering = self.observe_clock(Instant::now()) == ClockReading::Recovering;
@@ -51,6 +51,8 @@ impl Registry {
         } else {
             session.instances
         };
+        let grace_until = Instant::now() + self.inner.config.stall_grace;
+        let mut in_grace = false;
         for (svc, key) in &owned {
             let (svc, key) = (svc.clone(), key.clone());
             if recovering {
@@ -59,7 +61,8 @@ impl Registry {
                     .get_mut(&svc)
                     .and_then(|s| s.instances.get_mut(&key))
                 {
-                    entry.liveness = Liveness::Grace;
+                    entry.liveness = Liveness::Grace { until: grace_until };
+                    in_grace = true;
                 }
                 continue;
             }
@@ -80,6 +83,9 @@ impl Registry {
         }
         state.notify_acks(left);
         drop(state);
+        if in_grace {
+            self.expire_grace_at(grace_until);
+        }
         tracing::debug!(
             session = id,
             services = removed.len(),

@@ -14,11 +14,25 @@ use super::subscribers::Subscriber;
 use super::{Entry, Liveness, Registry};
 
 pub(crate) struct MarkEntry {
-    /// The durable mark (kept for listings and expiry decisions).
+    /// The mark as stored (kept for listings and expiry decisions).
     #[allow(dead_code)]
     pub(crate) mark: OfflineMark,
     /// When the marked instance was last seen leaving (None: present).
     pub(crate) gone_since: Option<Instant>,
+    /// A drain's mark: in memory only, dropped when the instance leaves (see
+    /// [`Patch::until_gone`](super::Patch::until_gone)). False: durable, in the store.
+    pub(crate) until_gone: bool,
+}
+
+impl MarkEntry {
+    /// A new mark of an instance that is present.
+    pub(crate) fn new(until_gone: bool) -> Self {
+        MarkEntry {
+            mark: OfflineMark { since_ms: super::now_ms() },
+            gone_since: None,
+            until_gone,
+        }
+    }
 }
 
 pub(crate) struct SessionEntry {
@@ -231,9 +245,11 @@ impl State {
     }
 
     /// The last-serving rule, checked and reserved in one step: when `updated` (the new state
-    /// of an instance of `service`) takes it out of the consumer view, and no other instance
-    /// would be left there (instances already reserved as leaving count as gone), refuses
-    /// unless `force`. Otherwise reserves it as leaving until the returned guard drops.
+    /// of an instance of `service`) takes it out of the consumer view, and either it was serving
+    /// and no other serving instance would be left, or no other instance would be left in the
+    /// view at all (instances already reserved as leaving count as gone), refuses unless
+    /// `force`. An unhealthy instance the protect threshold keeps in the view does not count
+    /// as serving. Otherwise reserves it as leaving until the returned guard drops.
     /// O(instances reserved as leaving), from the service's tally.
     pub(crate) fn reserve_leaving(
         &mut self,
@@ -254,7 +270,9 @@ impl State {
             after.remove(current);
             after.add(new);
         };
+        let mut updated_was_serving = false;
         if let Some(current) = entry.instances.get(&updated.key) {
+            updated_was_serving = current.instance.is_serving();
             leave(&current.instance, updated);
         }
         for (svc, key) in &self.leaving {
@@ -271,7 +289,11 @@ impl State {
         if after.in_view(updated, threshold) {
             return Ok(None);
         }
-        if after.view_len(threshold) == 0 && !force {
+        // Refused when the last serving instance would leave (even while the protect
+        // threshold keeps unhealthy instances in the view: they are not serving), or when the
+        // view would be left empty.
+        let last_serving = updated_was_serving && after.serving == 0;
+        if (last_serving || after.view_len(threshold) == 0) && !force {
             return Err(RegistryError::LastServingInstance {
                 service: service.clone(),
                 instance: updated.key.clone(),
@@ -300,8 +322,13 @@ impl State {
         if let Liveness::Session(owner) = &removed.liveness {
             self.unindex(owner, key, instance);
         }
-        if let Some(mark) = self.marks.get_mut(&(key.clone(), instance.clone())) {
-            mark.gone_since = Some(Instant::now());
+        let mark_key = (key.clone(), instance.clone());
+        match self.marks.get_mut(&mark_key) {
+            Some(mark) if mark.until_gone => {
+                self.marks.remove(&mark_key);
+            }
+            Some(mark) => mark.gone_since = Some(Instant::now()),
+            None => {}
         }
         Some(removed)
     }
@@ -323,7 +350,7 @@ impl State {
                 self.leases
                     .push(lease.last_heartbeat + lease.ttl, key, &instance_key);
             }
-            Liveness::Probe(_) | Liveness::Grace => {}
+            Liveness::Probe(_) | Liveness::Grace { .. } => {}
         }
         let old = self.service(key).upsert(Entry { instance, liveness });
         if let Some(Entry {

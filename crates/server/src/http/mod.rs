@@ -20,7 +20,6 @@ use gangway_core::{View, validate};
 use gangway_wire::rest;
 use serde::Deserialize;
 
-use crate::config::DEFAULT_DRAIN_TIMEOUT;
 use crate::engine::{
     DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo,
     SubscriberKind, SubscriberRow,
@@ -180,12 +179,20 @@ impl Scope {
     }
 }
 
-async fn health(State(s): State<AppState>) -> Json<rest::Health> {
-    Json(rest::Health {
-        status: "UP".to_owned(),
+/// `UP` (200), or `LOADING` (503) while the store is read at start.
+async fn health(State(s): State<AppState>) -> Response {
+    let loading = s.registry.is_loading();
+    let body = Json(rest::Health {
+        status: if loading { "LOADING" } else { "UP" }.to_owned(),
         boot_id: s.registry.boot_id().to_owned(),
         warming_up: s.registry.warming_up(),
-    })
+        loading,
+    });
+    if loading {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    } else {
+        body.into_response()
+    }
 }
 
 async fn openapi() -> Response {
@@ -388,6 +395,7 @@ async fn update(
         weight: body.weight,
         metadata: body.metadata,
         enabled: body.enabled,
+        until_gone: false,
         force: body.force,
     };
     let (revision, instance) = s.registry.update(&key, &instance, patch).await?;
@@ -478,7 +486,7 @@ async fn online(
     OptionalJson(body): OptionalJson<rest::OnlineRequest>,
 ) -> Result<Response, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let timeout = drain_timeout(body.timeout_ms);
+    let timeout = drain_timeout(&s.registry, body.timeout_ms);
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {
         return Ok(change(revision, changed).into_response());
@@ -487,11 +495,11 @@ async fn online(
     Ok(Json(rest::DrainReport::from(report)).into_response())
 }
 
-/// A wait's timeout from `timeout_ms` (default [`DEFAULT_DRAIN_TIMEOUT`]).
-fn drain_timeout(timeout_ms: Option<u64>) -> Duration {
+/// A wait's timeout from `timeout_ms` (default: the server's `Config::drain_timeout`).
+fn drain_timeout(registry: &Registry, timeout_ms: Option<u64>) -> Duration {
     timeout_ms
         .map(Duration::from_millis)
-        .unwrap_or(DEFAULT_DRAIN_TIMEOUT)
+        .unwrap_or(registry.config().drain_timeout)
 }
 
 async fn drain(
@@ -501,7 +509,7 @@ async fn drain(
     OptionalJson(body): OptionalJson<rest::DrainRequest>,
 ) -> Result<Json<rest::DrainReport>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
-    let timeout = drain_timeout(body.timeout_ms);
+    let timeout = drain_timeout(&s.registry, body.timeout_ms);
     let report = s
         .registry
         .drain(&key, &instance, timeout, body.force)
@@ -611,6 +619,8 @@ async fn watch(
         });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
 }
+
+pub mod loading;
 
 #[cfg(test)]
 mod tests;

@@ -330,6 +330,7 @@ impl pb::request_server::Request for NacosGrpc {
         &self,
         request: tonic::Request<pb::Payload>,
     ) -> Result<tonic::Response<pb::Payload>, Status> {
+        refuse_while_loading(&self.nacos)?;
         let peer = request.remote_addr();
         let reply = self.nacos.unary(peer, request.into_inner()).await;
         Ok(tonic::Response::new(reply))
@@ -344,16 +345,36 @@ impl pb::bi_request_stream_server::BiRequestStream for NacosGrpc {
         &self,
         request: tonic::Request<Streaming<pb::Payload>>,
     ) -> Result<tonic::Response<BiStream>, Status> {
+        refuse_while_loading(&self.nacos)?;
         let peer = request
             .remote_addr()
             .ok_or_else(|| Status::internal("no peer address"))?;
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(OUTBOUND);
         tokio::spawn(self.nacos.clone().run_stream(peer, inbound, tx));
+        // The stream ends in an error, never with OK: the Python SDK (3.2.0) reconnects only
+        // when its stream iterator raises; a stream that ends cleanly (the server stopping, a
+        // connection closed by detection) left it talking to a registry that no longer knew
+        // its connection, for good.
+        let ended = futures::stream::once(async {
+            Err(Status::unavailable(
+                "the registry ended this connection; reconnect",
+            ))
+        });
         Ok(tonic::Response::new(Box::pin(
-            ReceiverStream::new(rx).map(Ok),
+            ReceiverStream::new(rx).map(Ok).chain(ended),
         )))
     }
+}
+
+/// UNAVAILABLE while the registry loads its store (Nacos SDKs retry their server check).
+fn refuse_while_loading(nacos: &Nacos) -> Result<(), Status> {
+    if nacos.registry().is_loading() {
+        return Err(Status::unavailable(
+            "the registry is loading its store; retry shortly",
+        ));
+    }
+    Ok(())
 }
 
 fn body_of(p: &pb::Payload) -> Option<Value> {
@@ -593,10 +614,13 @@ impl Nacos {
                 if r.subscribe.unwrap_or(true) {
                     self.subscribe(conn, session, &service, &clusters, peer)?;
                     // Subscribed, but no partial view in the answer while the registry warms
-                    // up: the push after the warm-up brings the whole one, and the SDK's redo
-                    // asks again.
+                    // up: an empty host list, which the Python, Go and Rust SDKs ignore (their
+                    // cache stays; nacos.md 3.6) and which does not raise in the application
+                    // as an error answer would. The push after the warm-up brings the view.
                     if registry.warming_up() {
-                        return Err(ApiError::WarmingUp.into());
+                        let (_, mut info) = self.service_info(&service, &clusters, false, false);
+                        info.hosts.clear();
+                        return Ok(("SubscribeServiceResponse", json!({"serviceInfo": info})));
                     }
                 } else {
                     let sub = conn.lock().subs.remove(&service);

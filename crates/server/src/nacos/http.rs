@@ -447,6 +447,7 @@ fn patch(p: &Params) -> Result<Patch, NacosError> {
         weight: p.weight()?,
         metadata: p.instance_metadata()?,
         enabled: p.enabled()?,
+        until_gone: false,
         force: false,
     })
 }

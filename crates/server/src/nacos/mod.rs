@@ -29,13 +29,6 @@ pub mod model;
 
 use model::{ServiceInfo, cluster_list, grouped, nacos_instance, select};
 
-/// A gRPC connection silent this long is probed with a `ClientDetectionRequest` (Nacos: 20 s).
-/// HTTP/2 keepalive pings remove frozen peers much sooner; this catches a client whose
-/// transport still answers pings but whose application stopped talking.
-pub const DEFAULT_DETECT_AFTER: Duration = Duration::from_secs(20);
-/// A probed connection that does not answer within this is closed (Nacos: 5 s).
-pub const DEFAULT_DETECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Prefix of the `client_name` of every subscriber that came through a Nacos protocol; the
 /// drain uses it to warn that Nacos SDKs ignore empty instance lists.
 pub const CLIENT_NAME_PREFIX: &str = "nacos";
@@ -73,10 +66,11 @@ fn now_ms() -> u64 {
 }
 
 impl Nacos {
-    /// The Nacos layer over `registry`, with Nacos's client detection timing
-    /// ([`DEFAULT_DETECT_AFTER`], [`DEFAULT_DETECT_TIMEOUT`]).
+    /// The Nacos layer over `registry`, with the registry configuration's client detection
+    /// timing ([`Config::nacos`](crate::Config::nacos)).
     pub fn new(registry: Registry) -> Self {
-        Self::with_detection(registry, DEFAULT_DETECT_AFTER, DEFAULT_DETECT_TIMEOUT)
+        let timing = registry.config().nacos;
+        Self::with_detection(registry, timing.detect_after, timing.detect_timeout)
     }
 
     /// The Nacos layer with its own client detection timing: a gRPC connection that sent

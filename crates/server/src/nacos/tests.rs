@@ -17,17 +17,23 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tower::ServiceExt;
 
+use gangway_testkit::eventually;
+
 use super::Nacos;
 use crate::config::Config;
 use crate::engine::Registry;
 use crate::metrics::Metrics;
 
 fn registry() -> Registry {
+    registry_with(Config::for_tests())
+}
+
+fn registry_with(config: Config) -> Registry {
     let mut prom = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut prom);
     Registry::start(
         Arc::new(gangway_store::MemoryStore::default()),
-        Config::for_tests(),
+        config,
         metrics,
     )
     .expect("registry starts")
@@ -466,17 +472,6 @@ impl Grpc {
     }
 }
 
-async fn eventually(mut pred: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !pred() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met within 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn grpc_handshake_and_301_before_setup() {
     let g = grpc().await;
@@ -547,16 +542,43 @@ async fn grpc_register_subscribe_push_ack_and_connection_end() {
     .unwrap();
     let revision = g.registry.view(&key).revision;
     let registry = g.registry.clone();
-    eventually(|| registry.subscribers(&key)[0].acked_revision == revision).await;
+    eventually("the push acked", || {
+        registry.subscribers(&key)[0].acked_revision == revision
+    }).await;
 
     // The connection's stream ends: its instance and its subscription go at once.
     drop(tx);
     drop(inbound);
     let registry = g.registry.clone();
-    eventually(|| {
+    eventually("the condition", || {
         registry.view(&key).instances.is_empty() && registry.subscribers(&key).is_empty()
     })
     .await;
+}
+
+/// A subscribe during the warm-up is answered (an error would raise in the application, as
+/// the Python SDK does) with an empty host list, which the SDKs leave their cache alone for.
+#[tokio::test]
+async fn grpc_subscribe_during_the_warm_up_succeeds_with_no_hosts() {
+    let config = Config {
+        warmup: Duration::from_secs(3600),
+        ..Config::for_tests()
+    };
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    assert!(g.registry.warming_up());
+    let (_tx, _inbound) = g.setup().await;
+    register_one(&g).await;
+    let reply = g
+        .unary(
+            "SubscribeServiceRequest",
+            json!({"requestId": "s", "serviceName": "orders", "groupName": "DEFAULT_GROUP",
+                   "subscribe": true, "clusters": ""}),
+        )
+        .await;
+    assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
+    assert_eq!(body(&reply)["resultCode"], 200);
+    assert_eq!(body(&reply)["serviceInfo"]["hosts"], json!([]));
+    assert_eq!(g.registry.subscribers(&ServiceKey::named("orders")).len(), 1);
 }
 
 #[tokio::test]
@@ -625,9 +647,15 @@ async fn grpc_client_detection_keeps_answering_clients_and_closes_silent_ones() 
     let probe = inbound.message().await.unwrap().unwrap();
     assert_eq!(ty(&probe), "ClientDetectionRequest");
     let ended = tokio::time::timeout(Duration::from_secs(5), inbound.message()).await;
-    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "{ended:?}");
+    // An error, not a clean end: the Python SDK reconnects only when its stream raises.
+    match ended {
+        Ok(Err(status)) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status}"),
+        other => panic!("the stream must end in UNAVAILABLE, got {other:?}"),
+    }
     let registry = g.registry.clone();
-    eventually(|| registry.view(&key).instances.is_empty()).await;
+    eventually("the connection's instance gone", || {
+        registry.view(&key).instances.is_empty()
+    }).await;
     drop(tx);
 }
 
@@ -646,9 +674,13 @@ async fn grpc_shutdown_resets_connections_and_ends_streams() {
             .contains("_127.0.0.1_")
     );
     let ended = tokio::time::timeout(Duration::from_secs(5), inbound.message()).await;
-    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "{ended:?}");
+    // An error, not a clean end: the Python SDK reconnects only when its stream raises.
+    match ended {
+        Ok(Err(status)) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status}"),
+        other => panic!("the stream must end in UNAVAILABLE, got {other:?}"),
+    }
     let registry = g.registry.clone();
-    eventually(|| {
+    eventually("the condition", || {
         registry
             .view(&ServiceKey::named("orders"))
             .instances

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::{Connections, Liveness};
+use crate::config::{Connections, LivenessTiming};
 use crate::error::ApiError;
 
 mod accept;
@@ -115,7 +115,7 @@ impl Serving {
     pub(crate) fn grpc(
         listener: TcpListener,
         router: axum::Router,
-        liveness: &Liveness,
+        liveness: &LivenessTiming,
         limits: &Connections,
         max: usize,
         metrics: ConnectionMetrics,

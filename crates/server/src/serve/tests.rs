@@ -1,12 +1,14 @@
 //! The serving layer: head limits (pure), then real sockets on 127.0.0.1 against a started
 //! server: timeouts, counts, refusals and the stop.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use gangway_proto::v1 as pb;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
+use gangway_testkit::poll;
 use tokio::time::Instant;
 
 use super::head::{MAX_HEAD, MAX_HEADERS, MAX_LINE, Scan, Verdict};
@@ -154,7 +156,7 @@ fn http2_prior_knowledge_is_not_scanned() {
 const SLACK: Duration = Duration::from_secs(2);
 
 async fn server(connections: Connections) -> crate::RunningServer {
-    crate::start(Config {
+    crate::start_in_memory(Config {
         connections,
         ..Config::for_tests()
     })
@@ -506,24 +508,6 @@ async fn connections_beyond_the_maximum_get_a_clear_refusal_and_the_others_stay(
     );
 }
 
-/// Polls `probe` every 20 ms until it returns `Some`, at most `deadline`.
-pub(crate) async fn poll<T, F, Fut>(deadline: Duration, mut probe: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + deadline;
-    loop {
-        if let Some(v) = probe().await {
-            return Some(v);
-        }
-        if Instant::now() >= end {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Opens a native session: returns its sender and its inbound stream after `Welcome`.
 async fn open_session(
     addr: std::net::SocketAddr,
@@ -589,14 +573,23 @@ async fn a_grpc_connection_without_the_preface_is_closed_after_the_handshake_tim
 
 // ---- the stop ----
 
+/// A server on loopback over `store`.
+async fn start_on(config: Config, store: Arc<dyn gangway_store::Store>) -> crate::RunningServer {
+    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = crate::start(config, store, http, grpc).await.unwrap();
+    server.loaded().await.unwrap();
+    server
+}
+
 #[tokio::test]
 async fn a_stop_with_an_open_session_and_watch_is_bounded_and_frees_the_data_dir() {
     let data = tempfile::tempdir().unwrap();
-    let config = Config {
-        data_dir: Some(data.path().to_path_buf()),
-        ..Config::for_tests()
+    let config = Config::for_tests();
+    let redb = |dir: &std::path::Path| -> Arc<dyn gangway_store::Store> {
+        Arc::new(gangway_store_redb::RedbStore::open(dir).expect("the data dir opens"))
     };
-    let s = crate::start(config.clone()).await.unwrap();
+    let s = start_on(config.clone(), redb(data.path())).await;
     let (_session, mut inbound) = open_session(s.grpc_addr).await;
     let watch = reqwest::get(format!("http://{}/v1/services/w/watch", s.http_addr))
         .await
@@ -639,7 +632,7 @@ async fn a_stop_with_an_open_session_and_watch_is_bounded_and_frees_the_data_dir
     assert!(rest.is_ok(), "the watch ended");
 
     // A second server opens the same data directory at once.
-    let again = crate::start(config).await.expect("the data dir is free");
+    let again = start_on(config, redb(data.path())).await;
     again.shutdown().await;
 }
 
@@ -649,7 +642,7 @@ async fn a_stop_drops_what_outlives_its_timeout() {
         shutdown_timeout: Duration::from_millis(500),
         ..Config::for_tests()
     };
-    let s = crate::start(config).await.unwrap();
+    let s = crate::start_in_memory(config).await.unwrap();
     let client = reqwest::Client::new();
     let base = format!("http://{}/v1/services/d/instances", s.http_addr);
     for port in [1, 2] {

@@ -16,13 +16,17 @@ pub use gangway_core::drain::{DrainReport, SubscriberAck};
 /// `GET /v1/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
-    /// Always `UP` when the registry answers.
+    /// `UP`, or `LOADING` (with HTTP 503) while the registry reads its store at start.
     pub status: String,
     /// Changes on every start of the registry (hex of its boot time in µs).
     pub boot_id: String,
     /// True while snapshots are held back after a start or a stall.
     #[serde(default)]
     pub warming_up: bool,
+    /// True while the store is read at start (then the answer is a 503); absent from older
+    /// registries, read as false.
+    #[serde(default)]
+    pub loading: bool,
 }
 
 /// One service: `GET /v1/services/{service}`, each entry of [`ServiceList`], the answer of

@@ -162,6 +162,41 @@ async fn every_way_out_of_the_view_keeps_the_last_instance_unless_forced() {
     }
 }
 
+/// The protect threshold keeps an unhealthy instance in the view; it is not serving, so the
+/// last healthy instance still cannot be taken out, and the summary counts one serving.
+#[tokio::test]
+async fn an_unhealthy_instance_kept_by_protection_does_not_count_as_serving() {
+    let r = registry();
+    r.put_settings(
+        &svc(),
+        ServiceSettings {
+            protect_threshold: 0.6,
+            ..ServiceSettings::default()
+        },
+    )
+    .await
+    .unwrap();
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    let sick = inst(2);
+    r.register(svc(), sick.clone(), lease()).await.unwrap();
+    r.set_health(&svc(), &sick.key, false);
+    assert_eq!(r.view(&svc()).instances.len(), 2, "protection keeps both");
+    assert_eq!(r.service(&svc()).unwrap().serving, 1);
+    let offline = Patch {
+        enabled: Some(false),
+        ..Patch::default()
+    };
+    let err = r
+        .update(&svc(), &inst(1).key, offline.clone())
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert!(r.instance(&svc(), &inst(1).key).unwrap().enabled);
+    // The unhealthy one may go: the serving one stays.
+    r.update(&svc(), &sick.key, offline).await.unwrap();
+    assert_eq!(r.view(&svc()).instances.len(), 1);
+}
+
 #[tokio::test]
 async fn an_instance_registered_offline_is_never_published_enabled() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
@@ -200,6 +235,52 @@ async fn an_instance_registered_offline_is_never_published_enabled() {
             .offline_marks
             .contains_key(&(svc(), inst(1).key))
     );
+}
+
+/// A drain's offline lasts until the instance leaves: while it is there a re-registration (an
+/// SDK's redo) keeps it offline, and nothing is stored; once it left, the same address
+/// registered again (a restarted process) serves. An operator's offline stays across both.
+#[tokio::test]
+async fn a_drained_instance_serves_again_when_it_comes_back_an_offline_one_does_not() {
+    let store = Arc::new(MemoryStore::default());
+    let r = registry_with(store.clone(), Config::for_tests());
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    r.register(svc(), inst(2), lease()).await.unwrap();
+    let enabled = |r: &Registry| r.instance(&svc(), &inst(1).key).unwrap().enabled;
+    let stored_mark = || {
+        store
+            .load()
+            .unwrap()
+            .offline_marks
+            .contains_key(&(svc(), inst(1).key))
+    };
+    r.drain(&svc(), &inst(1).key, Duration::from_millis(50), false)
+        .await
+        .unwrap();
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    assert!(!enabled(&r), "re-registered while drained: still offline");
+    assert!(!stored_mark(), "a drain stores no mark");
+    r.deregister(&svc(), &inst(1).key, false).await.unwrap();
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    assert!(enabled(&r), "back after it left: serving");
+    assert!(r.view(&svc()).contains(&inst(1).key));
+
+    let offline = Patch {
+        enabled: Some(false),
+        ..Patch::default()
+    };
+    r.update(&svc(), &inst(1).key, offline).await.unwrap();
+    assert!(stored_mark());
+    r.deregister(&svc(), &inst(1).key, false).await.unwrap();
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    assert!(!enabled(&r), "an operator's offline survives re-registration");
+    // A drain over it does not weaken it.
+    r.drain(&svc(), &inst(1).key, Duration::from_millis(50), false)
+        .await
+        .unwrap();
+    r.deregister(&svc(), &inst(1).key, false).await.unwrap();
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    assert!(!enabled(&r));
 }
 
 #[tokio::test(start_paused = true)]
@@ -381,6 +462,40 @@ async fn wait_ready_completes_on_acks_of_a_revision_holding_the_instance() {
     assert!(report.complete, "{report:?}");
     assert_eq!(report.waited_ms, 0);
     assert_eq!(report.acked.len(), 1);
+}
+
+/// A readiness wait overtaken by an offline of its instance ends in a conflict (the CLI exits
+/// 1, not 3: waiting longer would not help), not in a timeout-like incomplete report.
+#[tokio::test(start_paused = true)]
+async fn a_readiness_wait_overtaken_by_an_offline_is_a_conflict() {
+    let r = registry();
+    r.register(svc(), inst(1), lease()).await.unwrap();
+    r.register(svc(), inst(2), lease()).await.unwrap();
+    let (a, _rx) = r.subscribe(&svc(), session_info()).unwrap();
+    let wait = tokio::spawn({
+        let r = r.clone();
+        async move {
+            r.wait_ready(&svc(), &inst(2).key, Duration::from_secs(30))
+                .await
+        }
+    });
+    tokio::task::yield_now().await;
+    let (revision, _) = r
+        .update(
+            &svc(),
+            &inst(2).key,
+            Patch {
+                enabled: Some(false),
+                ..Patch::default()
+            },
+        )
+        .await
+        .unwrap();
+    r.ack(&a, revision);
+    let err = wait.await.unwrap().unwrap_err();
+    assert!(matches!(err, RegistryError::LeftView { .. }), "{err}");
+    assert!(err.is_conflict());
+    assert!(err.to_string().contains("left the consumer view"), "{err}");
 }
 
 /// An instance that is not a session's own cannot be registered by a different kind either.

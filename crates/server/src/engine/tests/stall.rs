@@ -12,6 +12,7 @@ use super::*;
 fn stalling_registry() -> Registry {
     let config = Config {
         stall_recovery: Duration::from_secs(5),
+        stall_grace: Duration::from_secs(20),
         ..Config::for_tests()
     };
     registry_with(Arc::new(MemoryStore::default()), config)
@@ -74,7 +75,7 @@ async fn a_stall_extends_leases_holds_pushes_and_keeps_sessions_that_come_back()
     assert_eq!(
         entries
             .iter()
-            .filter(|e| e.liveness == Liveness::Grace)
+            .filter(|e| matches!(e.liveness, Liveness::Grace { .. }))
             .count(),
         2
     );
@@ -98,17 +99,69 @@ async fn a_stall_extends_leases_holds_pushes_and_keeps_sessions_that_come_back()
         }
     });
 
-    // When the recovery ends, what did not come back goes, in one push.
+    // When the recovery ends pushes resume; the instance whose client has not come back yet
+    // stays in grace (a Nacos SDK's redo comes 14-28 s after the resume)...
     let next = tokio::time::timeout(Duration::from_secs(10), pushes.next())
         .await
         .expect("pushes resume after the recovery")
         .unwrap();
     let keys: Vec<_> = next.view.instances.iter().map(|i| i.key.clone()).collect();
-    assert_eq!(keys, vec![inst(1).key, inst(2).key]);
+    assert_eq!(keys, vec![inst(1).key, inst(2).key, inst(3).key]);
     assert!(!r.warming_up());
     let (_, entries) = r.entries(&svc());
     assert_eq!(entries[0].liveness, Liveness::Session(again));
+    // ...and goes, in one revision, when its grace (20 s from its session's end) is over.
+    r.ack(&id, next.view.revision);
+    let resumed = tokio::time::Instant::now();
+    let gone = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let push = pushes.next().await.unwrap();
+            r.ack(&id, push.view.revision);
+            if push.view.revision > next.view.revision {
+                return push;
+            }
+        }
+    })
+    .await
+    .expect("a new revision when the grace ends");
+    assert!(resumed.elapsed() >= Duration::from_secs(10), "not before the grace ends");
+    assert_eq!(gone.view.revision, next.view.revision + 1);
+    let keys: Vec<_> = gone.view.instances.iter().map(|i| i.key.clone()).collect();
+    assert_eq!(keys, vec![inst(1).key, inst(2).key]);
     beats.abort();
+}
+
+/// A Nacos client that comes back after the recovery, within its grace, keeps its instance
+/// in the view throughout; a second stall during the grace moves its deadline on.
+#[tokio::test(start_paused = true)]
+async fn a_late_client_within_its_grace_keeps_its_instance_through_a_second_stall() {
+    let r = stalling_registry();
+    let late = r.open_session("127.0.0.1:1".into(), "late".into(), "late-1".into());
+    r.register(svc(), inst(1), LivenessRequest::Session(late.clone()))
+        .await
+        .unwrap();
+    r.register(svc(), inst(2), short_lease()).await.unwrap();
+    tokio::time::advance(Duration::from_secs(10)).await;
+    r.close_session(&late);
+    // 15 s on (recovery over at 5 s), the registry stalls again for 10 s: the grace, due at
+    // 20 s, moves to 30 s.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(r.view(&svc()).contains(&inst(1).key), "in grace after the recovery");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(r.inner.metrics.stalls.get(), 2);
+    assert!(
+        r.view(&svc()).contains(&inst(1).key),
+        "a second stall does not end the grace"
+    );
+    let again = r.open_session("127.0.0.1:3".into(), "late".into(), "late-1".into());
+    r.register(svc(), inst(1), LivenessRequest::Session(again.clone()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let (_, entries) = r.entries(&svc());
+    let kept = entries.iter().find(|e| e.instance.key == inst(1).key).unwrap();
+    assert_eq!(kept.liveness, Liveness::Session(again));
 }
 
 #[tokio::test(start_paused = true)]

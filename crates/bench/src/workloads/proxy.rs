@@ -26,11 +26,11 @@ use anyhow::{Context as _, bail};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use super::Ctx;
 use crate::load::{self, Percentiles};
 use crate::report::{Row, Table};
 use crate::stats;
 use crate::system::{Server, System, free_port};
-use crate::workloads::Ctx;
 
 /// Open-loop rate of the latency phase: 1,000 req/s (issue 14).
 pub const LATENCY_RATE: f64 = 1000.0;

@@ -325,7 +325,7 @@ impl Session {
         tokio::spawn(async move {
             let result = wait.await.map(|report| pb::Reply {
                 revision: report.revision,
-                drain: Some(proto::drain_to_pb(&report.into())),
+                drain: Some(proto::drain_to_pb(&report)),
                 ..Default::default()
             });
             let _ = tx.send(reply(rid, result)).await;

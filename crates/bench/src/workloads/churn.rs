@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use gangway_wire::client::RestClient;
 use tokio::sync::Notify;
 
 use super::lineup::{self, Entry, OfSubscribers, Plan};
 use super::{Ctx, Params};
-use crate::drivers::{Deregister, GROUP, NAMESPACE, OnUpdate, Register, Serves, Subscribe, Update};
+use crate::drivers::rest_driver;
+use crate::drivers::{Deregister, OnUpdate, Register, Serves, Subscribe, Update};
 use crate::load;
 use crate::report::{Row, Table};
 use crate::system::{CpuMeter, Server, System};
@@ -233,26 +234,23 @@ async fn laggards(server: &Server, svc: &str) -> String {
     if server.system != System::Gangway {
         return String::new();
     }
-    let url = format!(
-        "http://{}/v1/services/{svc}/subscribers?namespace={NAMESPACE}&group={GROUP}",
-        server.http,
-    );
-    let Ok(resp) = reqwest::get(url).await else {
+    let Ok(registry) = RestClient::new(&server.http.to_string()) else {
         return String::new();
     };
-    let Ok(v) = resp.json::<Value>().await else {
+    let Ok(table) = registry
+        .subscribers(&rest_driver::service(svc))
+        .await
+        .and_then(|reply| reply.parse())
+    else {
         return String::new();
     };
-    let revision = v["revision"].as_u64().unwrap_or(0);
-    let subs = v["subscribers"].as_array().cloned().unwrap_or_default();
+    let revision = table.revision;
+    let subs = table.subscribers;
     let pushed = subs
         .iter()
-        .filter(|s| s["pushed_revision"].as_u64() == Some(revision))
+        .filter(|s| s.pushed_revision == Some(revision))
         .count();
-    let acked = subs
-        .iter()
-        .filter(|s| s["acked_revision"].as_u64() == Some(revision))
-        .count();
+    let acked = subs.iter().filter(|s| s.acked_revision == revision).count();
     format!(
         "; server: {} subscribers, {pushed} pushed and {acked} acked the latest revision",
         subs.len()

@@ -21,8 +21,8 @@ use gangway_wire::rest;
 use serde::Deserialize;
 
 use crate::engine::{
-    DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo,
-    SubscriberKind, SubscriberRow,
+    Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo, SubscriberKind,
+    SubscriberRow,
 };
 use crate::error::ApiError;
 
@@ -492,7 +492,7 @@ async fn online(
         return Ok(change(revision, changed).into_response());
     }
     let report = s.registry.wait_ready(&key, &instance, timeout).await?;
-    Ok(Json(rest::DrainReport::from(report)).into_response())
+    Ok(Json(report).into_response())
 }
 
 /// A wait's timeout from `timeout_ms` (default: the server's `Config::drain_timeout`).
@@ -514,22 +514,7 @@ async fn drain(
         .registry
         .drain(&key, &instance, timeout, body.force)
         .await?;
-    Ok(Json(report.into()))
-}
-
-// The engine's report has the shared report's fields; until it returns
-// `gangway_core::drain::DrainReport` itself (then this goes), REST and gRPC convert here.
-impl From<DrainReport> for rest::DrainReport {
-    fn from(r: DrainReport) -> Self {
-        rest::DrainReport {
-            revision: r.revision,
-            waited_ms: r.waited_ms,
-            complete: r.complete,
-            acked: r.acked,
-            laggards: r.laggards,
-            notes: r.notes,
-        }
-    }
+    Ok(Json(report))
 }
 
 async fn subscribers(

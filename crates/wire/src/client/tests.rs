@@ -268,24 +268,11 @@ async fn a_watch_yields_its_snapshots_then_ends() {
                   event: other\ndata: x\n\nevent: snapshot\ndata: {\"revision\":5}\n\n";
     let (client, seen) = fake(200, "text/event-stream", stream, Duration::ZERO).await;
     let mut watch = client.watch(&orders_in("prod")).await.unwrap();
-    let revisions = [
-        watch
-            .next_snapshot()
-            .await
-            .unwrap()
-            .unwrap()
-            .parse()
-            .unwrap()
-            .revision,
-        watch
-            .next_snapshot()
-            .await
-            .unwrap()
-            .unwrap()
-            .parse()
-            .unwrap()
-            .revision,
-    ];
+    let mut revisions = Vec::new();
+    for _ in 0..2 {
+        let snapshot = watch.next_snapshot().await.unwrap().unwrap();
+        revisions.push(snapshot.parse().unwrap().revision);
+    }
     assert_eq!(revisions, [4, 5]);
     assert!(watch.next_snapshot().await.unwrap().is_none());
     assert_eq!(

@@ -378,7 +378,7 @@ impl Session {
                     let owner = registry.owner(&service, &key);
                     caller.allow(Rule::Instance, &service.namespace, owner.as_deref())?;
                     let timeout = wait_timeout(&registry, d.timeout_ms);
-                    Ok(registry.drain(&service, &key, timeout, d.force).await?)
+                    Ok::<_, ApiError>(registry.drain(&service, &key, timeout, d.force).await?)
                 });
                 return;
             }
@@ -390,7 +390,7 @@ impl Session {
                     let service = service_key(w.service);
                     caller.allow(Rule::Read, &service.namespace, None)?;
                     let timeout = wait_timeout(&registry, w.timeout_ms);
-                    Ok(registry.wait_ready(&service, &key, timeout).await?)
+                    Ok::<_, ApiError>(registry.wait_ready(&service, &key, timeout).await?)
                 });
                 return;
             }

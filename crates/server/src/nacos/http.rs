@@ -563,7 +563,12 @@ async fn v1_beat(State(nacos): State<Nacos>, caller: Caller, p: Params) -> Resul
         .unwrap_or_else(|| DEFAULT_CLUSTER.to_owned());
     let key = InstanceKey::new(&ip, parse_port(&port)?, &cluster);
     validate::instance_key(&key).map_err(NacosError::invalid)?;
-    allow_instance(&nacos, &caller, &service, &key)?;
+    // A beat for an unknown instance re-registers it (rule `register`, checked there).
+    if nacos.registry().instance(&service, &key).is_ok() {
+        allow_instance(&nacos, &caller, &service, &key)?;
+    } else if beat.is_none() {
+        allow_read(&caller, &service)?;
+    }
     let registry = nacos.registry();
     let reply = |code: u32, ttl_ms: u64| {
         axum::Json(BeatReply {

@@ -18,7 +18,6 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use rand::RngCore;
@@ -225,7 +224,9 @@ impl AuthFile {
 
 /// An argon2id hash of `password` in PHC form, with a fresh random salt.
 pub fn hash_password(password: &str) -> Result<String, AuthFileError> {
-    let salt = SaltString::generate(&mut OsRng);
+    // 16 random bytes from the thread's CSPRNG (seeded by the OS), the size argon2 recommends.
+    let salt = SaltString::encode_b64(&random_bytes::<16>())
+        .map_err(|e| AuthFileError::Hash(e.to_string()))?;
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())

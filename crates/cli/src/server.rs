@@ -381,7 +381,11 @@ mod tests {
             .config()
             .unwrap();
         assert!(!c.security.insecure_no_auth);
-        let e = parse(&["--metrics-auth"]).unwrap().config().unwrap_err().to_string();
+        let e = parse(&["--metrics-auth"])
+            .unwrap()
+            .config()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--metrics-auth needs --auth"), "{e}");
     }
 

@@ -22,8 +22,12 @@ async fn started() -> Fixture {
     let writer = f.create_token("writer", vec![grant("public", Role::Write)]);
     let other_writer = f.create_token("other", vec![grant("*", Role::Write)]);
     let admin = f.create_token("admin", vec![grant("public", Role::Admin)]);
-    f.add_user("alice", "alice-password", vec![grant("public", Role::Write)])
-        .unwrap();
+    f.add_user(
+        "alice",
+        "alice-password",
+        vec![grant("public", Role::Write)],
+    )
+    .unwrap();
     let mut config = Config::for_tests();
     config.security.authority = Authority::from_file(f);
     config.security.metrics_auth = true;
@@ -60,7 +64,10 @@ impl Fixture {
         let resp = req.send().await.unwrap();
         let status = resp.status();
         let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     async fn register(&self, token: Option<&str>, port: u16) -> (StatusCode, Value) {
@@ -107,7 +114,10 @@ async fn anonymous_and_bad_credentials_are_401() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     // Health stays open and says auth is on; metrics need a token (--metrics-auth).
     let (status, body) = f.call(reqwest::Method::GET, "/v1/health", None, None).await;
-    assert_eq!((status, body["auth"].as_str()), (StatusCode::OK, Some("on")));
+    assert_eq!(
+        (status, body["auth"].as_str()),
+        (StatusCode::OK, Some("on"))
+    );
     let (status, _) = f.call(reqwest::Method::GET, "/metrics", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _) = f
@@ -120,12 +130,21 @@ async fn anonymous_and_bad_credentials_are_401() {
 async fn roles_decide_and_the_403_names_the_rule() {
     let f = started().await;
     let (status, body) = f.register(Some(&f.reader), 1).await;
-    assert_eq!((status, rule(&body)), (StatusCode::FORBIDDEN, "register"), "{body}");
+    assert_eq!(
+        (status, rule(&body)),
+        (StatusCode::FORBIDDEN, "register"),
+        "{body}"
+    );
     let (status, body) = f.register(Some(&f.writer), 1).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // Reading needs read; a grant on public does not reach another namespace.
     let (status, _) = f
-        .call(reqwest::Method::GET, "/v1/services/orders/instances", Some(&f.reader), None)
+        .call(
+            reqwest::Method::GET,
+            "/v1/services/orders/instances",
+            Some(&f.reader),
+            None,
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = f
@@ -140,11 +159,21 @@ async fn roles_decide_and_the_403_names_the_rule() {
     // Settings need admin.
     let settings = Some(json!({"protect_threshold": 0.5}));
     let (status, body) = f
-        .call(reqwest::Method::PUT, "/v1/services/orders", Some(&f.writer), settings.clone())
+        .call(
+            reqwest::Method::PUT,
+            "/v1/services/orders",
+            Some(&f.writer),
+            settings.clone(),
+        )
         .await;
     assert_eq!((status, rule(&body)), (StatusCode::FORBIDDEN, "service"));
     let (status, _) = f
-        .call(reqwest::Method::PUT, "/v1/services/orders", Some(&f.admin), settings)
+        .call(
+            reqwest::Method::PUT,
+            "/v1/services/orders",
+            Some(&f.admin),
+            settings,
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -156,7 +185,11 @@ async fn only_the_owner_or_an_admin_takes_an_instance_out() {
     assert_eq!(f.register(Some(&f.writer), 2).await.0, StatusCode::OK);
     // Another write principal: no offline, no drain, no delete, no takeover.
     let (status, body) = f.offline(Some(&f.other_writer), 1).await;
-    assert_eq!((status, rule(&body)), (StatusCode::FORBIDDEN, "instance"), "{body}");
+    assert_eq!(
+        (status, rule(&body)),
+        (StatusCode::FORBIDDEN, "instance"),
+        "{body}"
+    );
     let (status, _) = f
         .call(
             reqwest::Method::POST,
@@ -285,13 +318,25 @@ async fn basic_auth_and_the_nacos_login_work_and_wrong_passwords_do_not() {
 async fn another_principal_cannot_poll_under_someone_elses_subscriber_name() {
     let f = started().await;
     let path = "/v1/services/orders/instances?subscriber=web";
-    assert_eq!(f.call(reqwest::Method::GET, path, Some(&f.reader), None).await.0, StatusCode::OK);
     assert_eq!(
-        f.call(reqwest::Method::GET, path, Some(&f.other_writer), None).await.0,
+        f.call(reqwest::Method::GET, path, Some(&f.reader), None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        f.call(reqwest::Method::GET, path, Some(&f.other_writer), None)
+            .await
+            .0,
         StatusCode::OK
     );
     let (_, body) = f
-        .call(reqwest::Method::GET, "/v1/services/orders/subscribers", Some(&f.reader), None)
+        .call(
+            reqwest::Method::GET,
+            "/v1/services/orders/subscribers",
+            Some(&f.reader),
+            None,
+        )
         .await;
     let names: Vec<&str> = body["subscribers"]
         .as_array()
@@ -300,12 +345,19 @@ async fn another_principal_cannot_poll_under_someone_elses_subscriber_name() {
         .filter_map(|s| s["client_name"].as_str())
         .collect();
     assert_eq!(names.len(), 2, "{body}");
-    assert!(names.iter().all(|n| n.ends_with(":web") && n.starts_with("token:")), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| n.ends_with(":web") && n.starts_with("token:")),
+        "{names:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
-    let server = gangway_server::start_in_memory(Config::for_tests()).await.unwrap();
+    let server = gangway_server::start_in_memory(Config::for_tests())
+        .await
+        .unwrap();
     let http = reqwest::Client::new();
     let base = format!("http://{}", server.http_addr);
     let r = http
@@ -320,7 +372,9 @@ async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
         ("application/x-www-form-urlencoded", "force=true"),
         ("", ""),
     ] {
-        let mut req = http.post(format!("{base}/v1/services/orders/instances/10.0.0.1:1/offline"));
+        let mut req = http.post(format!(
+            "{base}/v1/services/orders/instances/10.0.0.1:1/offline"
+        ));
         if !ct.is_empty() {
             req = req.header("content-type", ct);
         }
@@ -360,5 +414,9 @@ async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
         .send()
         .await
         .unwrap();
-    assert!(r.headers().keys().all(|k| !k.as_str().starts_with("access-control-")));
+    assert!(
+        r.headers()
+            .keys()
+            .all(|k| !k.as_str().starts_with("access-control-"))
+    );
 }

@@ -86,7 +86,11 @@ impl From<AuthFile> for Db {
 
 impl std::fmt::Debug for Authority {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.is_on() { "Authority(on)" } else { "Authority(off)" })
+        f.write_str(if self.is_on() {
+            "Authority(on)"
+        } else {
+            "Authority(off)"
+        })
     }
 }
 
@@ -150,7 +154,10 @@ impl Authority {
     /// Errors: 401 when credentials are present but not valid (unknown or wrong token, wrong
     /// password, expired login); `None` is [`Caller::Anonymous`], which only the route's rule
     /// may refuse.
-    pub async fn authenticate(&self, credentials: Option<Credentials>) -> Result<Caller, AuthError> {
+    pub async fn authenticate(
+        &self,
+        credentials: Option<Credentials>,
+    ) -> Result<Caller, AuthError> {
         let Some(s) = &self.shared else {
             return Ok(Caller::Open);
         };
@@ -166,19 +173,33 @@ impl Authority {
 
     /// Logs a user in: a new login session's token, valid for [`LOGIN_TTL`], and the principal.
     /// Errors: 401 for an unknown user or a wrong password (the same answer for both).
-    pub async fn login(&self, user: &str, password: &str) -> Result<(String, Principal), AuthError> {
+    pub async fn login(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<(String, Principal), AuthError> {
         let Some(s) = &self.shared else {
             return Err(AuthError::Unauthenticated("authentication is off".into()));
         };
         let principal = self.password(user, password).await?;
-        let token = format!("{LOGIN_PREFIX}{}", file::base64_url(&file::random_bytes::<32>()));
+        let token = format!(
+            "{LOGIN_PREFIX}{}",
+            file::base64_url(&file::random_bytes::<32>())
+        );
         let now = Instant::now();
         let mut logins = s.logins.lock().unwrap_or_else(|p| p.into_inner());
         logins.retain(|_, l| l.expires > now);
-        if logins.len() >= MAX_LOGINS {
-            if let Some(oldest) = logins.iter().min_by_key(|(_, l)| l.expires).map(|(k, _)| *k) {
-                logins.remove(&oldest);
-            }
+        // No let-chains: the workspace's rust-version is 1.85.
+        let oldest = (logins.len() >= MAX_LOGINS)
+            .then(|| {
+                logins
+                    .iter()
+                    .min_by_key(|(_, l)| l.expires)
+                    .map(|(k, _)| *k)
+            })
+            .flatten();
+        if let Some(oldest) = oldest {
+            logins.remove(&oldest);
         }
         logins.insert(
             file::sha256(token.as_bytes()),
@@ -263,5 +284,4 @@ impl Authority {
 }
 
 /// An argon2id hash of a random string nobody knows, verified against for unknown users.
-const DUMMY_HASH: &str =
-    "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$0uG6yVbW3Xk1tHq4w9hB9C2iH8Zr9mQ1dG3oK6pVw0s";
+const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$0uG6yVbW3Xk1tHq4w9hB9C2iH8Zr9mQ1dG3oK6pVw0s";

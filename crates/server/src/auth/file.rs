@@ -18,8 +18,8 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -138,7 +138,10 @@ impl AuthFile {
             Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
             _ => PathBuf::from("."),
         };
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create(true).truncate(true);
@@ -171,7 +174,9 @@ impl AuthFile {
             )));
         }
         if self.users.iter().any(|u| u.name == name) {
-            return Err(AuthFileError::Refused(format!("user {name} exists already")));
+            return Err(AuthFileError::Refused(format!(
+                "user {name} exists already"
+            )));
         }
         self.users.push(UserRecord {
             name: name.to_owned(),
@@ -236,8 +241,11 @@ pub fn hash_password(password: &str) -> Result<String, AuthFileError> {
 /// Whether `password` matches the PHC `hash` (false for a malformed hash). Slow on purpose
 /// (argon2): callers cache a success.
 pub fn verify_password(password: &str, hash: &str) -> bool {
-    PasswordHash::new(hash)
-        .is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+    PasswordHash::new(hash).is_ok_and(|h| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &h)
+            .is_ok()
+    })
 }
 
 /// A grant: `role` on `namespace` (`*` for every namespace).

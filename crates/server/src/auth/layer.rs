@@ -51,7 +51,13 @@ async fn prepare(state: &AuthLayerState, request: Request) -> Result<Request, Ap
     } else {
         (request, None)
     };
-    check_browser_safe(state, &request, header_credentials.is_some(), nacos_token.is_some(), nacos)?;
+    check_browser_safe(
+        state,
+        &request,
+        header_credentials.is_some(),
+        nacos_token.is_some(),
+        nacos,
+    )?;
     let credentials = header_credentials.or(nacos_token.map(Credentials::Token));
     let caller = state.authority.authenticate(credentials).await?;
     request.extensions_mut().insert(caller);
@@ -63,9 +69,9 @@ fn from_authorization(headers: &HeaderMap) -> Result<Option<Credentials>, ApiErr
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
-    let value = value.to_str().map_err(|_| AuthError::Unauthenticated(
-        "Authorization header: not ASCII".into(),
-    ))?;
+    let value = value
+        .to_str()
+        .map_err(|_| AuthError::Unauthenticated("Authorization header: not ASCII".into()))?;
     Ok(Some(parse_authorization(value)?))
 }
 
@@ -73,14 +79,17 @@ fn from_authorization(headers: &HeaderMap) -> Result<Option<Credentials>, ApiErr
 /// `Basic <base64 user:password>`. Errors: 401 for another scheme or a malformed value.
 pub fn parse_authorization(value: &str) -> Result<Credentials, AuthError> {
     let bad = |why: &str| AuthError::Unauthenticated(format!("Authorization header: {why}"));
-    let (scheme, rest) = value.split_once(' ').ok_or_else(|| bad("expected Bearer or Basic"))?;
+    let (scheme, rest) = value
+        .split_once(' ')
+        .ok_or_else(|| bad("expected Bearer or Basic"))?;
     match scheme.to_ascii_lowercase().as_str() {
         "bearer" => Ok(Credentials::Token(rest.trim().to_owned())),
         "basic" => {
             let decoded = base64::engine::general_purpose::STANDARD
                 .decode(rest.trim())
                 .map_err(|_| bad("Basic credentials are not base64"))?;
-            let text = String::from_utf8(decoded).map_err(|_| bad("Basic credentials are not UTF-8"))?;
+            let text =
+                String::from_utf8(decoded).map_err(|_| bad("Basic credentials are not UTF-8"))?;
             let (user, password) = text
                 .split_once(':')
                 .ok_or_else(|| bad("Basic credentials need user:password"))?;
@@ -99,7 +108,13 @@ fn is_form(headers: &HeaderMap) -> bool {
 
 fn content_type(headers: &HeaderMap) -> Option<String> {
     let v = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
-    Some(v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+    Some(
+        v.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase(),
+    )
 }
 
 fn access_token_in(query: &str) -> Option<String> {
@@ -111,7 +126,11 @@ fn access_token_in(query: &str) -> Option<String> {
 
 /// A Nacos request's `accessToken`: header, query, or form body (read, then put back).
 async fn nacos_access_token(request: Request) -> Result<(Request, Option<String>), ApiError> {
-    if let Some(v) = request.headers().get("accesstoken").and_then(|v| v.to_str().ok()) {
+    if let Some(v) = request
+        .headers()
+        .get("accesstoken")
+        .and_then(|v| v.to_str().ok())
+    {
         let v = v.to_owned();
         return Ok((request, Some(v)));
     }
@@ -148,7 +167,8 @@ fn check_browser_safe(
         return Ok(());
     }
     let headers = request.headers();
-    let json = content_type(headers).is_some_and(|c| c == "application/json" || c.ends_with("+json"));
+    let json =
+        content_type(headers).is_some_and(|c| c == "application/json" || c.ends_with("+json"));
     if !nacos {
         if json {
             return Ok(());
@@ -188,6 +208,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     /// the middleware, as in tests) is [`Caller::Open`] only when no middleware was installed
     /// at all, which `start` never does.
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Open))
+        Ok(parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or(Caller::Open))
     }
 }

@@ -37,14 +37,22 @@ fn each_rule_needs_its_role() {
     assert!(writer.allow(Rule::Register, "public", None).is_ok());
     // Somebody else's instance: a takeover needs admin.
     assert!(writer.allow(Rule::Register, "public", Some("bob")).is_err());
-    assert!(writer.allow(Rule::Register, "public", Some("alice")).is_ok());
+    assert!(
+        writer
+            .allow(Rule::Register, "public", Some("alice"))
+            .is_ok()
+    );
     assert!(writer.allow(Rule::Instance, "public", Some("bob")).is_err());
     assert!(writer.allow(Rule::Instance, "public", None).is_err());
     assert!(admin.allow(Rule::Instance, "public", Some("bob")).is_ok());
     assert!(writer.allow(Rule::Service, "public", None).is_err());
     assert!(admin.allow(Rule::Service, "public", None).is_ok());
     // Its own instance, whatever its role now.
-    assert!(reader.allow(Rule::Instance, "public", Some("alice")).is_ok());
+    assert!(
+        reader
+            .allow(Rule::Instance, "public", Some("alice"))
+            .is_ok()
+    );
 }
 
 #[test]
@@ -53,7 +61,9 @@ fn refusals_are_401_anonymous_and_403_naming_the_rule() {
         Caller::Anonymous.allow(Rule::Read, "public", None),
         Err(AuthError::Unauthenticated(_))
     ));
-    let err = principal(vec![]).allow(Rule::Service, "public", None).unwrap_err();
+    let err = principal(vec![])
+        .allow(Rule::Service, "public", None)
+        .unwrap_err();
     match err {
         AuthError::Forbidden { rule, message } => {
             assert_eq!(rule, "service");
@@ -76,7 +86,10 @@ fn the_file_round_trips_atomically_and_keeps_no_secret() {
     assert!(token.starts_with("gwt_"));
     f.save(&path).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
-    assert!(!text.contains("s3cret-pw") && !text.contains(&token), "{text}");
+    assert!(
+        !text.contains("s3cret-pw") && !text.contains(&token),
+        "{text}"
+    );
     assert!(text.contains("$argon2id$"));
     assert_eq!(AuthFile::load(&path).unwrap(), f);
     // No temporary file is left behind.
@@ -85,7 +98,10 @@ fn the_file_round_trips_atomically_and_keeps_no_secret() {
     assert!(f.remove_user("alice").is_err());
     assert!(AuthFile::load(&dir.path().join("missing")).is_err());
     std::fs::write(&path, "users = 3").unwrap();
-    assert!(matches!(AuthFile::load(&path), Err(AuthFileError::Parse { .. })));
+    assert!(matches!(
+        AuthFile::load(&path),
+        Err(AuthFileError::Parse { .. })
+    ));
 }
 
 fn creds_token(t: &str) -> Option<Credentials> {
@@ -132,8 +148,14 @@ async fn tokens_passwords_and_logins_authenticate() {
     assert_eq!(p.name, "alice");
     assert!(auth.login("alice", "nope").await.is_err());
     assert_eq!(auth.authenticate(None).await.unwrap(), Caller::Anonymous);
-    assert_eq!(Authority::off().authenticate(None).await.unwrap(), Caller::Open);
-    assert_eq!(format!("{:?}", pw("alice", "pw-alice").unwrap()), "Password(alice, <redacted>)");
+    assert_eq!(
+        Authority::off().authenticate(None).await.unwrap(),
+        Caller::Open
+    );
+    assert_eq!(
+        format!("{:?}", pw("alice", "pw-alice").unwrap()),
+        "Password(alice, <redacted>)"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -141,8 +163,10 @@ async fn logins_expire_and_end_when_the_user_is_removed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("auth.toml");
     let mut f = AuthFile::default();
-    f.add_user("alice", "pw", vec![grant("public", Role::Read)]).unwrap();
-    f.add_user("bob", "pw", vec![grant("public", Role::Read)]).unwrap();
+    f.add_user("alice", "pw", vec![grant("public", Role::Read)])
+        .unwrap();
+    f.add_user("bob", "pw", vec![grant("public", Role::Read)])
+        .unwrap();
     f.save(&path).unwrap();
     let auth = Authority::load(&path).unwrap();
     let (a, _) = auth.login("alice", "pw").await.unwrap();

@@ -70,8 +70,8 @@ impl Registry {
                 .register_durably(service, instance, liveness, owner)
                 .await
         })
-            .await
-            .map_err(|e| RegistryError::Internal(format!("register task failed: {e}")))?
+        .await
+        .map_err(|e| RegistryError::Internal(format!("register task failed: {e}")))?
     }
 
     /// A registration that writes nothing to the store, in one critical section. `None` when it
@@ -104,8 +104,7 @@ impl Registry {
             }
         }
         let key = instance.key.clone();
-        let revision =
-            state.insert_and_publish(service, instance, liveness.clone(), owner.clone());
+        let revision = state.insert_and_publish(service, instance, liveness.clone(), owner.clone());
         let stored = state.entry(service, &key).map(|e| e.instance.clone());
         Some(stored.map(|i| (revision, i)))
     }

@@ -204,10 +204,8 @@ async fn openapi() -> Response {
 }
 
 async fn metrics(State(s): State<AppState>, caller: Caller) -> Response {
-    if s.metrics_auth {
-        if let Err(e) = caller.allow(Rule::Metrics, "", None) {
-            return ApiError::from(e).into_response();
-        }
+    if let (true, Err(e)) = (s.metrics_auth, caller.allow(Rule::Metrics, "", None)) {
+        return ApiError::from(e).into_response();
     }
     s.registry.refresh_gauges();
     let mut text = String::new();
@@ -391,7 +389,8 @@ async fn list_instances(
             protection_triggered: protection,
         }
     } else if let Some(poller) = &q.subscriber {
-        s.registry.poll(&key, &poller_name(&caller, poller), peer.to_string())?
+        s.registry
+            .poll(&key, &poller_name(&caller, poller), peer.to_string())?
     } else {
         s.registry.view(&key)
     };

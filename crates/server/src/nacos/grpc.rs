@@ -497,7 +497,10 @@ impl Nacos {
                     Ok(c) => c,
                     Err(r) => return error(&rid, r),
                 };
-                match self.naming(&ty, request, &caller, &conn, &session, peer).await {
+                match self
+                    .naming(&ty, request, &caller, &conn, &session, peer)
+                    .await
+                {
                     Ok((reply_ty, extra)) => ok(reply_ty, &rid, extra),
                     Err(r) => error(&rid, r),
                 }
@@ -715,7 +718,12 @@ impl Nacos {
         let mut instance = instance;
         instance.enabled = !disabled;
         self.registry()
-            .register_owned(service, instance, liveness, caller.owner().map(str::to_owned))
+            .register_owned(
+                service,
+                instance,
+                liveness,
+                caller.owner().map(str::to_owned),
+            )
             .await?;
         Ok(())
     }

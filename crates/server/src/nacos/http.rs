@@ -25,8 +25,8 @@ use super::model::{
     service_key,
 };
 use super::{CLIENT_NAME_PREFIX, Nacos};
-use crate::engine::{LivenessRequest, Patch, RegistryError, SubscriberInfo, SubscriberKind};
 use crate::auth::{Caller, Rule};
+use crate::engine::{LivenessRequest, Patch, RegistryError, SubscriberInfo, SubscriberKind};
 use crate::error::ApiError;
 
 /// A v1 poller that missed this many polls (of `cacheMillis` each) is forgotten: 30 s.
@@ -440,18 +440,31 @@ async fn register_parsed(
     instance.enabled = r.enabled;
     nacos
         .registry()
-        .register_owned(r.service, instance, liveness, caller.owner().map(str::to_owned))
+        .register_owned(
+            r.service,
+            instance,
+            liveness,
+            caller.owner().map(str::to_owned),
+        )
         .await?;
     Ok(())
 }
 
-async fn v1_register(State(nacos): State<Nacos>, caller: Caller, p: Params) -> Result<&'static str, NacosError> {
+async fn v1_register(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<&'static str, NacosError> {
     let r = registration(&p)?;
     register_parsed(&nacos, &caller, r).await?;
     Ok("ok")
 }
 
-async fn v1_deregister(State(nacos): State<Nacos>, caller: Caller, p: Params) -> Result<&'static str, NacosError> {
+async fn v1_deregister(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<&'static str, NacosError> {
     let service = p.service()?;
     let key = p.instance_key()?;
     allow_instance(&nacos, &caller, &service, &key)?;
@@ -472,7 +485,11 @@ fn patch(p: &Params) -> Result<Patch, NacosError> {
     })
 }
 
-async fn v1_modify(State(nacos): State<Nacos>, caller: Caller, p: Params) -> Result<&'static str, NacosError> {
+async fn v1_modify(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<&'static str, NacosError> {
     let service = p.service()?;
     let key = p.instance_key()?;
     allow_instance(&nacos, &caller, &service, &key)?;
@@ -515,7 +532,11 @@ fn detail_json(nacos: &Nacos, p: &Params) -> Result<Value, NacosError> {
     }))
 }
 
-async fn v1_detail(State(nacos): State<Nacos>, caller: Caller, p: Params) -> Result<Response, NacosError> {
+async fn v1_detail(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<Response, NacosError> {
     allow_read(&caller, &p.service()?)?;
     Ok(axum::Json(detail_json(&nacos, &p)?).into_response())
 }
@@ -528,7 +549,11 @@ struct BeatReply {
     light_beat_enabled: bool,
 }
 
-async fn v1_beat(State(nacos): State<Nacos>, caller: Caller, p: Params) -> Result<Response, NacosError> {
+async fn v1_beat(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<Response, NacosError> {
     let beat: Option<serde_json::Map<String, Value>> = match p.get("beat") {
         None => None,
         Some(raw) => match serde_json::from_str::<Value>(raw) {
@@ -658,7 +683,8 @@ fn fnv1a(s: &str) -> u64 {
 }
 
 async fn v1_list(
-    State(nacos): State<Nacos>, caller: Caller,
+    State(nacos): State<Nacos>,
+    caller: Caller,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     p: Params,
 ) -> Result<Response, NacosError> {
@@ -687,7 +713,8 @@ fn threshold(p: &Params) -> Result<Option<f64>, NacosError> {
 }
 
 async fn v1_service_create(
-    State(nacos): State<Nacos>, caller: Caller,
+    State(nacos): State<Nacos>,
+    caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
     let key = p.service()?;
@@ -711,7 +738,8 @@ async fn v1_service_create(
 }
 
 async fn v1_service_update(
-    State(nacos): State<Nacos>, caller: Caller,
+    State(nacos): State<Nacos>,
+    caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
     let key = p.service()?;
@@ -738,7 +766,8 @@ async fn v1_service_update(
 }
 
 async fn v1_service_delete(
-    State(nacos): State<Nacos>, caller: Caller,
+    State(nacos): State<Nacos>,
+    caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
     let key = p.service()?;
@@ -761,7 +790,11 @@ async fn v1_service_delete(
     Ok("ok")
 }
 
-async fn v1_service_get(State(nacos): State<Nacos>, caller: Caller, p: Params) -> Result<Response, NacosError> {
+async fn v1_service_get(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<Response, NacosError> {
     let key = p.service()?;
     allow_read(&caller, &key)?;
     let Some(summary) = service_exists(&nacos, &key) else {
@@ -793,7 +826,11 @@ async fn v1_service_get(State(nacos): State<Nacos>, caller: Caller, p: Params) -
     .into_response())
 }
 
-async fn v1_service_list(State(nacos): State<Nacos>, caller: Caller, p: Params) -> Result<Response, NacosError> {
+async fn v1_service_list(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<Response, NacosError> {
     let page_no = p
         .u64("pageNo")?
         .ok_or_else(|| NacosError::missing("pageNo"))?;

@@ -367,13 +367,9 @@ struct ErrorDetail {
 }
 
 impl Registry {
-    /// A client of the registry at `server` (`host:port`, or a full `http://` URL).
-    pub fn new(server: &str) -> Result<Self, ApiError> {
-        Self::with_token(server, None)
-    }
-
-    /// [`Registry::new`] sending `Authorization: Bearer <token>` on every request (a registry
-    /// with `--auth`). Errors: as `new`, or a token that is not printable ASCII.
+    /// A client of the registry at `server` (`host:port`, or a full `http://` URL), sending
+    /// `Authorization: Bearer <token>` on every request when a token is given (a registry with
+    /// `--auth`). Errors: an unusable address, or a token that is not printable ASCII.
     pub fn with_token(server: &str, token: Option<&str>) -> Result<Self, ApiError> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(token) = token {

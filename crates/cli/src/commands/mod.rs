@@ -26,12 +26,8 @@ pub struct Context {
 pub type Outcome = Result<ExitCode, CliError>;
 
 impl Context {
-    /// A context for the registry at `server` (`host:port`).
-    pub fn new(server: &str, json: bool) -> Result<Self, ApiError> {
-        Self::with_token(server, None, json)
-    }
-
-    /// A context whose requests carry `token` (`--token`, `GANGWAY_TOKEN`).
+    /// A context for the registry at `server` (`host:port`) whose requests carry `token`
+    /// (`--token`, `GANGWAY_TOKEN`).
     pub fn with_token(server: &str, token: Option<&str>, json: bool) -> Result<Self, ApiError> {
         Ok(Self {
             registry: Registry::with_token(server, token)?,

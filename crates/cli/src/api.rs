@@ -367,9 +367,23 @@ struct ErrorDetail {
 }
 
 impl Registry {
-    /// A client of the registry at `server` (`host:port`, or a full `http://` URL).
-    pub fn new(server: &str) -> Result<Self, ApiError> {
+    /// A client of the registry at `server` (`host:port`, or a full `http://` URL), sending
+    /// `Authorization: Bearer <token>` on every request when a token is given (a registry with
+    /// `--auth`). Errors: an unusable address, or a token that is not printable ASCII.
+    pub fn with_token(server: &str, token: Option<&str>) -> Result<Self, ApiError> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = token {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| ApiError::Transport {
+                    server: server.to_owned(),
+                    reason: "--token: not printable ASCII".to_owned(),
+                })?;
+            // Kept out of reqwest's debug output.
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("gangway-cli/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -474,7 +488,9 @@ impl Registry {
         let req = self
             .http
             .post(self.instance_url(inst, "/online"))
-            .query(&instance_query(inst));
+            .query(&instance_query(inst))
+            // A POST is JSON (docs/security.md: no form or text POST from a web page).
+            .json(&serde_json::json!({}));
         self.send(req, CALL_TIMEOUT).await
     }
 

@@ -61,6 +61,16 @@ struct Cli {
     /// {"error": {"code", "message", "field"}} on stdout (same exit status).
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
+    /// API token (or login token) for a registry with --auth: sent as Authorization: Bearer.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "GANGWAY_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -105,6 +115,8 @@ enum Command {
     Bench(gangway_bench::BenchPassthrough),
     /// Local HTTP proxy with the consumer pipeline, for programs in any language (docs/proxy.md).
     Proxy(gangway_proxy::ProxyArgs),
+    /// Edit the users and API tokens of `gangway server --auth FILE` (docs/security.md).
+    Auth(commands::auth::AuthArgs),
 }
 
 fn main() -> ExitCode {
@@ -114,6 +126,7 @@ fn main() -> ExitCode {
         Cli {
             server: DEFAULT_SERVER.to_owned(),
             json: false,
+            token: None,
             command: Command::Lab(gangway_lab::cli::LabPassthrough {
                 args: argv[2..].to_vec(),
             }),
@@ -195,6 +208,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }));
         }
         Command::Run(a) => return run::run(a, cli.json).await,
+        Command::Auth(a) => return commands::auth::run(a).map(|()| ExitCode::from(EXIT_OK)),
         Command::Lab(a) => {
             let a = match a.parse() {
                 Ok(a) => a,
@@ -210,7 +224,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    let ctx = Context::new(&cli.server, cli.json).map_err(CliError::from)?;
+    let ctx =
+        Context::with_token(&cli.server, cli.token.as_deref(), cli.json).map_err(CliError::from)?;
     let outcome = match cli.command {
         Command::Register(a) => register::register(&ctx, a).await,
         Command::Heartbeat(a) => register::heartbeat(&ctx, a).await,
@@ -229,7 +244,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Lab(_)
         | Command::Run(_)
         | Command::Bench(_)
-        | Command::Proxy(_) => {
+        | Command::Proxy(_)
+        | Command::Auth(_) => {
             unreachable!("handled above")
         }
     };

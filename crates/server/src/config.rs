@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::auth::Authority;
+
 use gangway_core::validate::{MAX_LEASE, MIN_LEASE};
 
 /// Default REST address (Nacos's default port).
@@ -117,6 +119,22 @@ pub struct Config {
     pub connections: Connections,
     /// Nacos client detection timing.
     pub nacos: NacosTiming,
+    /// Authentication and its options (docs/security.md).
+    pub security: Security,
+}
+
+/// Authentication and what it covers. Default: off ([`Authority::off`]), which only a
+/// loopback-bound server should run with (`gangway server` refuses otherwise unless
+/// `--insecure-no-auth`).
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// Users and tokens; [`Authority::off`] lets every request through.
+    pub authority: Authority,
+    /// `/metrics` requires credentials too (`--metrics-auth`); otherwise it is open.
+    pub metrics_auth: bool,
+    /// Auth is off on a non-loopback address by the operator's explicit choice
+    /// (`--insecure-no-auth`): `/v1/health` says `"auth": "off"`.
+    pub insecure_no_auth: bool,
 }
 
 /// Nacos gRPC client detection (Nacos's `ClientDetectionRequest`): a connection that sent
@@ -240,6 +258,7 @@ impl Default for Config {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             connections: Connections::default(),
             nacos: NacosTiming::default(),
+            security: Security::default(),
         }
     }
 }

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use gangway_core::ValidationError;
 use gangway_store::StoreError;
 
+use crate::auth::AuthError;
 use crate::engine::RegistryError;
 use serde::Serialize;
 
@@ -54,6 +55,29 @@ pub enum ApiError {
         /// Which limit was passed.
         message: String,
     },
+    /// No credentials, or credentials that are not valid (HTTP 401 with `WWW-Authenticate`,
+    /// gRPC UNAUTHENTICATED).
+    #[error("{message}")]
+    Unauthenticated {
+        /// Why.
+        message: String,
+    },
+    /// Valid credentials without the role the route's rule needs (HTTP 403, gRPC
+    /// PERMISSION_DENIED); the body names the rule.
+    #[error("{message}")]
+    Forbidden {
+        /// The rule (docs/security.md).
+        rule: &'static str,
+        /// What it needed.
+        message: String,
+    },
+    /// A mutation that a web page could send across sites (an HTML form, `text/plain`) without
+    /// credentials (HTTP 415).
+    #[error("{message}")]
+    UnsupportedMediaType {
+        /// What is accepted.
+        message: String,
+    },
     /// The server holds its maximum number of connections (HTTP 503, gRPC UNAVAILABLE); retry
     /// later or on another server.
     #[error("{message}")]
@@ -85,7 +109,7 @@ impl ApiError {
 
     /// Stable code: `invalid_argument`, `not_found`, `method_not_allowed`, `conflict`,
     /// `payload_too_large`, `warming_up`, `internal`, `uri_too_long`, `headers_too_large`,
-    /// `overloaded`.
+    /// `overloaded`, `unauthenticated`, `forbidden`, `unsupported_media_type`.
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid(_) => "invalid_argument",
@@ -98,6 +122,9 @@ impl ApiError {
             ApiError::UriTooLong { .. } => "uri_too_long",
             ApiError::HeadersTooLarge { .. } => "headers_too_large",
             ApiError::Overloaded { .. } => "overloaded",
+            ApiError::Unauthenticated { .. } => "unauthenticated",
+            ApiError::Forbidden { .. } => "forbidden",
+            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
         }
     }
 
@@ -130,19 +157,48 @@ impl ApiError {
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         }
     }
 
-    /// The JSON body: `{"error": {"code", "message", "field"}}`.
+    /// The rule that refused a request (403 only).
+    pub fn rule(&self) -> Option<&'static str> {
+        match self {
+            ApiError::Forbidden { rule, .. } => Some(rule),
+            _ => None,
+        }
+    }
+
+    /// The JSON body: `{"error": {"code", "message", "field"}}` (and `"rule"` on a 403).
     pub fn json_body(&self) -> String {
-        let body = Body {
+        serde_json::to_string(&self.body()).unwrap_or_default()
+    }
+
+    fn body(&self) -> Body<'_> {
+        Body {
             error: Inner {
                 code: self.code(),
                 message: self.message(),
                 field: self.field(),
+                rule: self.rule(),
             },
-        };
-        serde_json::to_string(&body).unwrap_or_default()
+        }
+    }
+
+    /// The gRPC status of this error.
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self {
+            ApiError::Invalid(_) => tonic::Code::InvalidArgument,
+            ApiError::NotFound { .. } => tonic::Code::NotFound,
+            ApiError::Conflict { .. } => tonic::Code::FailedPrecondition,
+            ApiError::Unauthenticated { .. } => tonic::Code::Unauthenticated,
+            ApiError::Forbidden { .. } => tonic::Code::PermissionDenied,
+            ApiError::WarmingUp | ApiError::Overloaded { .. } => tonic::Code::Unavailable,
+            ApiError::Store(_) => tonic::Code::Internal,
+            _ => tonic::Code::InvalidArgument,
+        }
     }
 }
 
@@ -158,6 +214,21 @@ impl From<RegistryError> for ApiError {
             e if e.is_not_found() => ApiError::NotFound { message },
             _ => ApiError::Conflict { message },
         }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthenticated(message) => ApiError::Unauthenticated { message },
+            AuthError::Forbidden { rule, message } => ApiError::Forbidden { rule, message },
+        }
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(e: ApiError) -> Self {
+        tonic::Status::new(e.grpc_code(), e.message())
     }
 }
 
@@ -183,18 +254,20 @@ struct Inner<'a> {
     code: &'a str,
     message: String,
     field: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a str>,
 }
 
 impl IntoResponse for ApiError {
     /// `{"error": {"code", "message", "field"}}` with the variant's status.
     fn into_response(self) -> Response {
-        let body = Body {
-            error: Inner {
-                code: self.code(),
-                message: self.message(),
-                field: self.field(),
-            },
-        };
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if matches!(self, ApiError::Unauthenticated { .. }) {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"gangway\""),
+            );
+        }
+        response
     }
 }

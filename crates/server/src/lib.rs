@@ -29,6 +29,7 @@ use gangway_store::{MemoryStore, Store};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
+pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -100,6 +101,13 @@ pub async fn start(
     );
     let router = http::router(registry.clone(), prometheus)
         .merge(nacos::http::router(nacos.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            auth::layer::AuthLayerState {
+                authority: config.security.authority.clone(),
+                exposed: config.security.insecure_no_auth,
+            },
+            auth::layer::authenticate,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             registry.clone(),
             http::loading::gate,

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use crate::api::{ApiError, Registry};
 use crate::error::{CliError, EXIT_OK};
 
+pub mod auth;
 pub mod drain;
 pub mod list;
 pub mod register;
@@ -28,10 +29,11 @@ pub struct Context {
 pub type Outcome = Result<ExitCode, CliError>;
 
 impl Context {
-    /// A context for the registry at `server` (`host:port`).
-    pub fn new(server: &str, json: bool) -> Result<Self, ApiError> {
+    /// A context for the registry at `server` (`host:port`) whose requests carry `token`
+    /// (`--token`, `GANGWAY_TOKEN`).
+    pub fn with_token(server: &str, token: Option<&str>, json: bool) -> Result<Self, ApiError> {
         Ok(Self {
-            registry: Registry::new(server)?,
+            registry: Registry::with_token(server, token)?,
             server: server.to_owned(),
             json,
         })

@@ -334,7 +334,13 @@ impl State {
     }
 
     /// Inserts (or replaces) an instance, applying its offline mark. Does not publish.
-    pub(crate) fn insert(&mut self, key: &ServiceKey, mut instance: Instance, liveness: Liveness) {
+    pub(crate) fn insert(
+        &mut self,
+        key: &ServiceKey,
+        mut instance: Instance,
+        liveness: Liveness,
+        owner: Option<String>,
+    ) {
         if let Some(mark) = self.marks.get_mut(&(key.clone(), instance.key.clone())) {
             instance.enabled = false;
             mark.gone_since = None;
@@ -352,7 +358,11 @@ impl State {
             }
             Liveness::Probe(_) | Liveness::Grace { .. } => {}
         }
-        let old = self.service(key).upsert(Entry { instance, liveness });
+        let old = self.service(key).upsert(Entry {
+            instance,
+            liveness,
+            owner,
+        });
         if let Some(Entry {
             liveness: Liveness::Session(old_owner),
             ..
@@ -374,9 +384,10 @@ impl State {
         key: &ServiceKey,
         instance: Instance,
         liveness: Liveness,
+        owner: Option<String>,
     ) -> u64 {
         let changed = Changed::Keys(vec![instance.key.clone()]);
-        self.insert(key, instance, liveness);
+        self.insert(key, instance, liveness, owner);
         self.publish(key, changed)
     }
 

@@ -19,6 +19,7 @@ use gangway_core::model::{Instance, InstanceKey, ProbeSpec, ServiceKey};
 use gangway_core::{View, validate};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Caller, Rule};
 use crate::engine::{
     DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo,
     SubscriberKind, SubscriberRow,
@@ -36,6 +37,8 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 #[derive(Clone)]
 struct AppState {
     registry: Registry,
+    /// `/metrics` needs credentials.
+    metrics_auth: bool,
     prometheus: Arc<Mutex<prometheus_client::registry::Registry>>,
 }
 
@@ -94,6 +97,7 @@ impl From<PathRejection> for ApiError {
 /// Builds the router. `prometheus` holds the registry the server's metrics were registered in.
 pub fn router(registry: Registry, prometheus: prometheus_client::registry::Registry) -> Router {
     let state = AppState {
+        metrics_auth: registry.config().security.metrics_auth,
         registry,
         prometheus: Arc::new(Mutex::new(prometheus)),
     };
@@ -186,6 +190,7 @@ async fn health(State(s): State<AppState>) -> Response {
         "boot_id": s.registry.boot_id(),
         "warming_up": s.registry.warming_up(),
         "loading": loading,
+        "auth": if s.registry.config().security.authority.is_on() { "on" } else { "off" },
     }));
     if loading {
         (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
@@ -198,7 +203,10 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
+async fn metrics(State(s): State<AppState>, caller: Caller) -> Response {
+    if let (true, Err(e)) = (s.metrics_auth, caller.allow(Rule::Metrics, "", None)) {
+        return ApiError::from(e).into_response();
+    }
     s.registry.refresh_gauges();
     let mut text = String::new();
     let prometheus = s.prometheus.lock().unwrap_or_else(|p| p.into_inner());
@@ -248,6 +256,7 @@ impl From<ServiceSummary> for ServiceJson {
 
 async fn list_services(
     State(s): State<AppState>,
+    caller: Caller,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     for (field, value) in [("namespace", &q.namespace), ("group", &q.group)] {
@@ -256,10 +265,17 @@ async fn list_services(
             validate::name(field, v)?;
         }
     }
+    if let Some(ns) = &q.namespace {
+        caller.allow(Rule::Read, ns, None)?;
+    } else if caller == Caller::Anonymous {
+        caller.allow(Rule::Read, "", None)?;
+    }
     let services: Vec<ServiceJson> = s
         .registry
         .services(q.namespace.as_deref(), q.group.as_deref())
         .into_iter()
+        // Rule `read`, per namespace: a caller sees the namespaces it may read.
+        .filter(|svc| caller.allow(Rule::Read, &svc.key.namespace, None).is_ok())
         .map(Into::into)
         .collect();
     Ok(Json(serde_json::json!({ "services": services })))
@@ -267,10 +283,13 @@ async fn list_services(
 
 async fn get_service(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<ServiceJson>, ApiError> {
-    Ok(Json(s.registry.service(&q.service(&name)?)?.into()))
+    let key = q.service(&name)?;
+    caller.allow(Rule::Read, &key.namespace, None)?;
+    Ok(Json(s.registry.service(&key)?.into()))
 }
 
 #[derive(Deserialize)]
@@ -282,11 +301,13 @@ struct SettingsBody {
 
 async fn put_service(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
     ApiJson(body): ApiJson<SettingsBody>,
 ) -> Result<Json<ServiceJson>, ApiError> {
     let key = q.service(&name)?;
+    caller.allow(Rule::Service, &key.namespace, None)?;
     let mut settings = s.registry.settings(&key).unwrap_or_default();
     if let Some(t) = body.protect_threshold {
         settings.protect_threshold = t;
@@ -344,11 +365,13 @@ fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry
 
 async fn list_instances(
     State(s): State<AppState>,
+    caller: Caller,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<ViewJson>, ApiError> {
     let key = q.service(&name)?;
+    caller.allow(Rule::Read, &key.namespace, None)?;
     let (revision, entries) = s.registry.entries(&key);
     if q.all && q.subscriber.is_some() {
         return Err(ApiError::invalid(
@@ -366,7 +389,8 @@ async fn list_instances(
             protection_triggered: protection,
         }
     } else if let Some(poller) = &q.subscriber {
-        s.registry.poll(&key, poller, peer.to_string())?
+        s.registry
+            .poll(&key, &poller_name(&caller, poller), peer.to_string())?
     } else {
         s.registry.view(&key)
     };
@@ -398,6 +422,7 @@ struct ChangeJson {
 
 async fn register(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
     ApiJson(body): ApiJson<RegisterBody>,
@@ -435,7 +460,16 @@ async fn register(
         }
         LivenessRequest::Probe(body.probe.unwrap_or_default())
     };
-    let (revision, instance) = s.registry.register(key, instance, liveness).await?;
+    caller.allow(
+        Rule::Register,
+        &key.namespace,
+        s.registry.owner(&key, &instance.key).as_deref(),
+    )?;
+    let owner = caller.owner().map(str::to_owned);
+    let (revision, instance) = s
+        .registry
+        .register_owned(key, instance, liveness, owner)
+        .await?;
     Ok(Json(ChangeJson {
         revision,
         instance: Some(instance),
@@ -454,11 +488,13 @@ struct PatchBody {
 
 async fn update(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
     ApiJson(body): ApiJson<PatchBody>,
 ) -> Result<Json<ChangeJson>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let patch = Patch {
         weight: body.weight,
         metadata: body.metadata,
@@ -487,6 +523,7 @@ struct DeleteQuery {
 
 async fn deregister(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> Result<Json<ChangeJson>, ApiError> {
@@ -497,6 +534,7 @@ async fn deregister(
         ..Scope::default()
     };
     let (key, instance) = (scope.service(&name)?, scope.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let revision = s.registry.deregister(&key, &instance, q.force).await?;
     Ok(Json(ChangeJson {
         revision,
@@ -506,14 +544,39 @@ async fn deregister(
 
 async fn heartbeat(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let ttl = s.registry.heartbeat(&key, &instance)?;
     Ok(Json(
         serde_json::json!({ "ttl_ms": ttl.as_millis() as u64, "healthy": true }),
     ))
+}
+
+/// Rule `instance` for a change to an existing instance: its owner, or `admin`.
+fn allow_instance(
+    registry: &Registry,
+    caller: &Caller,
+    key: &ServiceKey,
+    instance: &InstanceKey,
+) -> Result<(), ApiError> {
+    Ok(caller.allow(
+        Rule::Instance,
+        &key.namespace,
+        registry.owner(key, instance).as_deref(),
+    )?)
+}
+
+/// A poller's or watcher's name bound to its principal (`alice:NAME`): another principal
+/// polling with the same `subscriber=NAME` is another subscriber, and cannot ack for it.
+fn poller_name(caller: &Caller, name: &str) -> String {
+    match caller.owner() {
+        Some(p) if !name.is_empty() => format!("{p}:{name}"),
+        _ => name.to_owned(),
+    }
 }
 
 /// An optional JSON body: empty (or only whitespace) takes `T::default()`; otherwise it must
@@ -547,11 +610,13 @@ struct OfflineBody {
 
 async fn offline(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
     OptionalJson(body): OptionalJson<OfflineBody>,
 ) -> Result<Json<ChangeJson>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let (revision, instance) = s
         .registry
         .set_enabled(&key, &instance, false, body.force)
@@ -572,11 +637,13 @@ struct OnlineBody {
 
 async fn online(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
     OptionalJson(body): OptionalJson<OnlineBody>,
 ) -> Result<Response, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let timeout = drain_timeout(&s.registry, body.timeout_ms);
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {
@@ -607,11 +674,13 @@ fn drain_timeout(registry: &Registry, timeout_ms: Option<u64>) -> Duration {
 
 async fn drain(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
     OptionalJson(body): OptionalJson<DrainBody>,
 ) -> Result<Json<DrainReport>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let timeout = drain_timeout(&s.registry, body.timeout_ms);
     Ok(Json(
         s.registry
@@ -622,10 +691,12 @@ async fn drain(
 
 async fn subscribers(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let key = q.service(&name)?;
+    caller.allow(Rule::Read, &key.namespace, None)?;
     let rows: Vec<SubscriberRow> = s.registry.subscribers(&key);
     Ok(Json(
         serde_json::json!({ "revision": s.registry.view(&key).revision, "subscribers": rows }),
@@ -646,13 +717,15 @@ impl Drop for WatchGuard {
 
 async fn watch(
     State(s): State<AppState>,
+    caller: Caller,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let key = q.service(&name)?;
+    caller.allow(Rule::Read, &key.namespace, None)?;
     let info = SubscriberInfo {
-        client_name: q.subscriber.clone().unwrap_or_default(),
+        client_name: poller_name(&caller, q.subscriber.as_deref().unwrap_or_default()),
         ..SubscriberInfo::new(SubscriberKind::Watch, peer.to_string())
     };
     let (id, rx) = s.registry.subscribe(&key, info)?;

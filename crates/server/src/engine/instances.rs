@@ -87,6 +87,7 @@ impl Registry {
         if let Err(e) = state.check_register(service, instance, liveness) {
             return Some(Err(e));
         }
+        state.take_over_from_grace(service, &instance.key, liveness);
         let mut instance = instance.clone();
         if state
             .marks
@@ -126,6 +127,7 @@ impl Registry {
         let (batch, durably_marked, reservations) = {
             let mut state = self.lock();
             state.check_register(&service, &instance, &liveness)?;
+            state.take_over_from_grace(&service, &key, &liveness);
             let marked = state.marks.get(&mark_key).map(|m| m.until_gone);
             if marked.is_some() {
                 instance.enabled = false;

@@ -542,14 +542,13 @@ impl Worker {
                 None => tracing::debug!(id = reply.request_id, "reply to an unknown request"),
             },
             Some(In::Snapshot(snapshot)) => {
-                if snapshot.request_id != 0 {
-                    if let Some(Pending {
+                if snapshot.request_id != 0
+                    && let Some(Pending {
                         op: PendingOp::Pull { service },
                         ..
                     }) = self.pending.remove(&snapshot.request_id)
-                    {
-                        self.pull_done(&service);
-                    }
+                {
+                    self.pull_done(&service);
                 }
                 self.on_snapshot(snapshot);
             }

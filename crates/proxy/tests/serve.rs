@@ -50,7 +50,13 @@ struct Running {
     arrived: Option<oneshot::Receiver<()>>,
 }
 
-async fn start() -> Running {
+/// The [`backend`]'s `release` and `arrived` ends and a view of `orders` holding it, which
+/// never changes.
+async fn slow_orders() -> (
+    oneshot::Sender<()>,
+    oneshot::Receiver<()>,
+    watch::Receiver<Arc<View>>,
+) {
     let (release, release_rx) = oneshot::channel();
     let (arrived_tx, arrived) = oneshot::channel();
     let key = backend(release_rx, arrived_tx).await;
@@ -61,6 +67,11 @@ async fn start() -> Running {
     };
     let (tx, rx) = watch::channel(Arc::new(view));
     std::mem::forget(tx); // the view never changes
+    (release, arrived, rx)
+}
+
+async fn start() -> Running {
+    let (release, arrived, rx) = slow_orders().await;
     let config = Config::from_overrides(&Overrides::default()).unwrap();
     let proxy = Proxy::new(
         Source::Views(vec![(ServiceKey::named("orders"), rx)]),
@@ -178,6 +189,21 @@ fn ephemeral() -> Config {
     Config::from_overrides(&overrides).unwrap()
 }
 
+/// The proxy over `source`, listening as [`ephemeral`] says, admin port included.
+async fn listening(source: Source) -> gangway_proxy::server::Running {
+    let config = ephemeral();
+    let proxy = Proxy::new(
+        source,
+        config.routing.clone(),
+        ProxyMetrics::default(),
+        Default::default(),
+        Default::default(),
+    );
+    gangway_proxy::server::Running::start(&config, proxy, Default::default(), Default::default())
+        .await
+        .expect("the listeners bind")
+}
+
 /// A port nothing listens on.
 async fn dead_port() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -189,22 +215,7 @@ async fn a_proxy_started_before_its_registry_serves_503_and_is_not_ready() {
     let registry = dead_port().await;
     let client = gangway_client::Client::start(gangway_client::ClientConfig::new(registry))
         .expect("a valid config");
-    let config = ephemeral();
-    let proxy = Proxy::new(
-        Source::Registry(client.clone()),
-        config.routing.clone(),
-        ProxyMetrics::default(),
-        Default::default(),
-        Default::default(),
-    );
-    let running = gangway_proxy::server::Running::start(
-        &config,
-        proxy,
-        Default::default(),
-        Default::default(),
-    )
-    .await
-    .expect("starts without a registry");
+    let running = listening(Source::Registry(client.clone())).await;
     let via_proxy = reqwest::Client::builder()
         .proxy(reqwest::Proxy::http(format!("http://{}", running.listen)).unwrap())
         .build()
@@ -232,31 +243,8 @@ async fn a_proxy_started_before_its_registry_serves_503_and_is_not_ready() {
 
 #[tokio::test]
 async fn the_admin_port_answers_ready_503_until_the_drain_ends() {
-    let (release, release_rx) = oneshot::channel();
-    let (arrived_tx, arrived) = oneshot::channel();
-    let key = backend(release_rx, arrived_tx).await;
-    let view = View {
-        revision: 1,
-        instances: vec![Instance::new(key)],
-        protection_triggered: false,
-    };
-    let (_tx, rx) = watch::channel(Arc::new(view));
-    let config = ephemeral();
-    let proxy = Proxy::new(
-        Source::Views(vec![(ServiceKey::named("orders"), rx)]),
-        config.routing.clone(),
-        ProxyMetrics::default(),
-        Default::default(),
-        Default::default(),
-    );
-    let running = gangway_proxy::server::Running::start(
-        &config,
-        proxy,
-        Default::default(),
-        Default::default(),
-    )
-    .await
-    .unwrap();
+    let (release, arrived, rx) = slow_orders().await;
+    let running = listening(Source::Views(vec![(ServiceKey::named("orders"), rx)])).await;
     let (listen, admin) = (running.listen, running.admin.unwrap());
     let ready = || async move {
         reqwest::get(format!("http://{admin}/ready"))

@@ -73,16 +73,31 @@ struct Refusals {
     over_budget: axum::Router,
 }
 
-/// The message of a refusal for the budget both ports share.
-fn over_budget(caps: &Caps) -> String {
-    let limit = caps.fd_limit.map_or_else(String::new, |l| {
-        format!(", three quarters of the open-file limit {l}")
-    });
-    format!(
-        "the registry holds its maximum of {} connections across its HTTP and gRPC ports{limit}; \
-         retry shortly (or raise ulimit -n)",
-        caps.budget
-    )
+impl Refusals {
+    /// The answers of the `port` (`HTTP`, `gRPC`) holding `max` connections, its maximum set
+    /// by `flag`, or of both ports holding their budget; `answer` makes a refusal of a message.
+    fn new(
+        port: &str,
+        flag: &str,
+        max: usize,
+        caps: &Caps,
+        answer: impl Fn(String) -> axum::Router,
+    ) -> Self {
+        let limit = caps.fd_limit.map_or_else(String::new, |l| {
+            format!(", three quarters of the open-file limit {l}")
+        });
+        Self {
+            full: answer(format!(
+                "the registry holds its maximum of {max} {port} connections; retry shortly (or \
+                 raise {flag})"
+            )),
+            over_budget: answer(format!(
+                "the registry holds its maximum of {} connections across its HTTP and gRPC \
+                 ports{limit}; retry shortly (or raise ulimit -n)",
+                caps.budget
+            )),
+        }
+    }
 }
 
 /// A port being served.
@@ -126,13 +141,7 @@ impl Serving {
             })
         };
         let max = caps.http;
-        let refusals = Refusals {
-            full: refusal(format!(
-                "the registry holds its maximum of {max} HTTP connections; retry shortly (or \
-                 raise --http-max-connections)"
-            )),
-            over_budget: refusal(over_budget(caps)),
-        };
+        let refusals = Refusals::new("HTTP", "--http-max-connections", max, caps, refusal);
         let policy = Policy::Http {
             header: limits.http_header_timeout,
             idle: limits.http_idle_timeout,
@@ -167,13 +176,7 @@ impl Serving {
             })
         };
         let max = caps.grpc;
-        let refusals = Refusals {
-            full: refusal(format!(
-                "the registry holds its maximum of {max} gRPC connections; retry shortly (or \
-                 raise --grpc-max-connections)"
-            )),
-            over_budget: refusal(over_budget(caps)),
-        };
+        let refusals = Refusals::new("gRPC", "--grpc-max-connections", max, caps, refusal);
         let policy = Policy::Grpc {
             handshake: limits.grpc_handshake_timeout,
         };

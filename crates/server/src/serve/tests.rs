@@ -594,73 +594,31 @@ async fn connections_beyond_the_maximum_get_a_clear_refusal_and_the_others_stay(
     assert_eq!(s.max_connections, (2, 1));
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut c = TcpStream::connect(s.http_addr).await.unwrap();
-        c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = vec![0u8; 4096];
-        let n = c.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-        held.push(c);
+        held.push(served_connection(s.http_addr).await);
     }
-    let mut third = TcpStream::connect(s.http_addr).await.unwrap();
-    third
-        .write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let (raw, took) = until_closed(&mut third, Instant::now(), SLACK).await;
-    let (status, body) = parse_answer(&raw);
-    println!("3rd HTTP connection with a maximum of 2: {status} {body} (closed after {took:?})");
-    assert_eq!(status, 503);
-    assert_eq!(body["error"]["code"], "overloaded");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("maximum of 2")
-    );
+    refused_get(
+        s.http_addr,
+        "3rd HTTP connection with a maximum of 2",
+        "maximum of 2",
+    )
+    .await;
     // The held connections still work.
     for c in &mut held {
-        c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = vec![0u8; 4096];
-        let n = c.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        health_on(c).await;
     }
     // A freed slot is used again.
     drop(held.pop());
-    let ok = poll(SLACK, || async {
-        let r = reqwest::get(format!("http://{}/v1/health", s.http_addr))
-            .await
-            .ok()?;
-        (r.status() == 200).then_some(())
-    })
-    .await;
+    let ok = health_within(s.http_addr, SLACK).await;
     assert!(ok.is_some(), "a freed slot is served again");
 
     // gRPC: one session holds the only slot; a second connection gets UNAVAILABLE.
     let (_session, mut pushes) = open_session(s.grpc_addr).await;
-    let mut second =
-        pb::registry_client::RegistryClient::connect(format!("http://{}", s.grpc_addr))
-            .await
-            .expect("TCP and HTTP/2 are accepted before the refusal");
-    let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let refused = second
-        .session(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect_err("refused");
-    println!(
-        "2nd gRPC connection with a maximum of 1: {:?} {}",
-        refused.code(),
-        refused.message()
-    );
-    assert_eq!(refused.code(), tonic::Code::Unavailable);
-    assert!(
-        refused.message().contains("maximum of 1 gRPC"),
-        "{}",
-        refused.message()
-    );
+    refused_session(
+        s.grpc_addr,
+        "2nd gRPC connection with a maximum of 1",
+        "maximum of 1 gRPC",
+    )
+    .await;
     // The first session is untouched.
     assert!(s.registry.session_count() == 1);
     assert!(
@@ -686,14 +644,7 @@ async fn both_ports_together_stay_within_three_quarters_of_the_fd_limit() {
     assert_eq!(s.connection_budget, 24);
     let mut held = Vec::new();
     for _ in 0..16 {
-        let mut c = TcpStream::connect(s.http_addr).await.unwrap();
-        c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = vec![0u8; 4096];
-        let n = c.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-        held.push(c);
+        held.push(served_connection(s.http_addr).await);
     }
     let mut sessions = Vec::new();
     for _ in 0..8 {
@@ -701,54 +652,17 @@ async fn both_ports_together_stay_within_three_quarters_of_the_fd_limit() {
     }
     assert_eq!(s.registry.session_count(), 8);
     // The 25th connection: the gRPC port is below its own maximum, the budget is not.
-    let mut extra = pb::registry_client::RegistryClient::connect(format!("http://{}", s.grpc_addr))
-        .await
-        .expect("TCP and HTTP/2 are accepted before the refusal");
-    let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let refused = extra
-        .session(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect_err("refused");
-    println!(
-        "25th connection on gRPC: {:?} {}",
-        refused.code(),
-        refused.message()
-    );
-    assert_eq!(refused.code(), tonic::Code::Unavailable);
-    assert!(
-        refused
-            .message()
-            .contains("maximum of 24 connections across its HTTP and gRPC ports"),
-        "{}",
-        refused.message()
-    );
-    drop(extra);
+    refused_session(
+        s.grpc_addr,
+        "25th connection on gRPC",
+        "maximum of 24 connections across its HTTP and gRPC ports",
+    )
+    .await;
     // And on HTTP: the 503 JSON refusal, naming the shared budget.
-    let mut over = TcpStream::connect(s.http_addr).await.unwrap();
-    over.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let (raw, _) = until_closed(&mut over, Instant::now(), SLACK).await;
-    let (status, body) = parse_answer(&raw);
-    println!("25th connection on HTTP: {status} {body}");
-    assert_eq!(status, 503);
-    assert_eq!(body["error"]["code"], "overloaded");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("open-file limit 32"),
-        "{body}"
-    );
+    refused_get(s.http_addr, "25th connection on HTTP", "open-file limit 32").await;
     // A connection that closes frees its share for either port.
     drop(held.pop());
-    let ok = poll(SLACK, || async {
-        let r = reqwest::get(format!("http://{}/v1/health", s.http_addr))
-            .await
-            .ok()?;
-        (r.status() == 200).then_some(())
-    })
-    .await;
+    let ok = health_within(s.http_addr, SLACK).await;
     assert!(ok.is_some(), "a freed share is served again");
     assert_eq!(s.registry.session_count(), 8, "the sessions stay");
 }
@@ -790,6 +704,71 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// An HTTP connection that was served one request (so it holds a slot), kept open.
+async fn served_connection(addr: std::net::SocketAddr) -> TcpStream {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    health_on(&mut c).await;
+    c
+}
+
+/// A `/v1/health` request on `c`, which must answer 200.
+async fn health_on(c: &mut TcpStream) {
+    c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = c.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+}
+
+/// Whether `/v1/health` answers 200 within `deadline` (polled).
+async fn health_within(addr: std::net::SocketAddr, deadline: Duration) -> Option<()> {
+    poll(deadline, || async {
+        let r = reqwest::get(format!("http://{addr}/v1/health"))
+            .await
+            .ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await
+}
+
+/// A GET on a new HTTP connection the port refuses (`what` names it in the output), read
+/// until the server closes it: it must be a 503 `overloaded` whose message contains
+/// `expected`.
+async fn refused_get(addr: std::net::SocketAddr, what: &str, expected: &str) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (raw, took) = until_closed(&mut c, Instant::now(), SLACK).await;
+    let (status, body) = parse_answer(&raw);
+    println!("{what}: {status} {body} (closed after {took:?})");
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], "overloaded");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(expected), "{body}");
+}
+
+/// Opens a session on a connection the gRPC port refuses (`what` names it in the output):
+/// it must fail with UNAVAILABLE and a message containing `expected`.
+async fn refused_session(addr: std::net::SocketAddr, what: &str, expected: &str) {
+    let mut client = pb::registry_client::RegistryClient::connect(format!("http://{addr}"))
+        .await
+        .expect("TCP and HTTP/2 are accepted before the refusal");
+    let (_tx, rx) = tokio::sync::mpsc::channel(1);
+    let refused = client
+        .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect_err("refused");
+    println!("{what}: {:?} {}", refused.code(), refused.message());
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+    assert!(
+        refused.message().contains(expected),
+        "{}",
+        refused.message()
+    );
 }
 
 static NEXT_CLIENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);

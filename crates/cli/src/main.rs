@@ -59,6 +59,16 @@ struct Cli {
     /// {"error": {"code", "message", "field"}} on stdout (same exit status).
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
+    /// API token (or login token) for a registry with --auth: sent as Authorization: Bearer.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "GANGWAY_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -103,6 +113,8 @@ enum Command {
     Bench(gangway_bench::BenchPassthrough),
     /// Local HTTP proxy with the consumer pipeline, for programs in any language (docs/proxy.md).
     Proxy(gangway_proxy::ProxyArgs),
+    /// Edit the users and API tokens of `gangway server --auth FILE` (docs/security.md).
+    Auth(commands::auth::AuthArgs),
 }
 
 fn main() -> ExitCode {
@@ -112,6 +124,7 @@ fn main() -> ExitCode {
         Cli {
             server: DEFAULT_SERVER.to_owned(),
             json: false,
+            token: None,
             command: Command::Lab(gangway_lab::cli::LabPassthrough {
                 args: argv[2..].to_vec(),
             }),
@@ -151,11 +164,20 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.json;
-    match runtime.block_on(run(cli)) {
+    let outcome = runtime.block_on(run(cli));
+    // The command's own work is done (the server released its store, the wrapper's child
+    // exited): tasks still running (a blocking read, a connection closing) get
+    // RUNTIME_SHUTDOWN, not as long as they like (seen: 1.2-1.9 s after "stopped").
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    match outcome {
         Ok(code) => code,
         Err(e) => report(&e, json),
     }
 }
+
+/// How long tasks still running when a command ends may take before the process exits:
+/// 100 ms.
+const RUNTIME_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Runs one command. Commands return a typed [`CliError`]; `anyhow` is for what main itself
 /// starts (e.g. an embedded server).
@@ -193,6 +215,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }));
         }
         Command::Run(a) => return run::run(a, cli.json).await,
+        Command::Auth(a) => return commands::auth::run(a).map(|()| ExitCode::from(EXIT_OK)),
         Command::Lab(a) => {
             let a = match a.parse() {
                 Ok(a) => a,
@@ -208,7 +231,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    let ctx = Context::new(&cli.server, cli.json).map_err(CliError::from)?;
+    let ctx =
+        Context::with_token(&cli.server, cli.token.as_deref(), cli.json).map_err(CliError::from)?;
     let outcome = match cli.command {
         Command::Register(a) => register::register(&ctx, a).await,
         Command::Heartbeat(a) => register::heartbeat(&ctx, a).await,
@@ -227,7 +251,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Lab(_)
         | Command::Run(_)
         | Command::Bench(_)
-        | Command::Proxy(_) => {
+        | Command::Proxy(_)
+        | Command::Auth(_) => {
             unreachable!("handled above")
         }
     };

@@ -95,6 +95,10 @@ pub struct ServerArgs {
     /// HTTP: a keep-alive connection with nothing in flight is closed after this.
     #[arg(long, default_value_t = Dur(config::DEFAULT_HTTP_IDLE_TIMEOUT), value_name = "DURATION")]
     pub http_idle_timeout: Dur,
+    /// HTTP: a request body must be complete within this of its head, however steadily it
+    /// trickles in, or the request gets 408 `request_timeout`.
+    #[arg(long, default_value_t = Dur(config::DEFAULT_HTTP_BODY_TIMEOUT), value_name = "DURATION")]
+    pub http_body_timeout: Dur,
     /// HTTP: most open connections; more get 503 `overloaded`. `auto`: from the open-file
     /// limit (three quarters of it shared by both ports, at most 10000 each).
     #[arg(long, default_value = "auto", value_parser = parse_max_connections, value_name = "N|auto")]
@@ -105,6 +109,17 @@ pub struct ServerArgs {
     /// gRPC: most open connections; more get status UNAVAILABLE. `auto` as for HTTP.
     #[arg(long, default_value = "auto", value_parser = parse_max_connections, value_name = "N|auto")]
     pub grpc_max_connections: MaxConnections,
+    /// Users and API tokens (TOML, edited with `gangway auth`), reloaded on SIGHUP. Without
+    /// it every request is allowed, so the server binds loopback addresses only.
+    #[arg(long, value_name = "FILE")]
+    pub auth: Option<PathBuf>,
+    /// Serve without --auth on a non-loopback address anyway: anyone who reaches the ports
+    /// may change everything. Warned at start and shown on /v1/health ("auth": "off").
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// /metrics requires credentials too (any valid token or user); needs --auth.
+    #[arg(long)]
+    pub metrics_auth: bool,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `gangway_server=debug`.
     #[arg(long, default_value = "info", value_name = "FILTER", value_parser = parse_log_filter)]
     pub log: String,
@@ -169,11 +184,44 @@ impl ServerArgs {
         c.shutdown_timeout = self.shutdown_timeout.0;
         c.connections.http_header_timeout = self.http_header_timeout.0;
         c.connections.http_idle_timeout = self.http_idle_timeout.0;
+        c.connections.http_body_timeout = self.http_body_timeout.0;
         c.connections.http_max = self.http_max_connections.get();
         c.connections.grpc_handshake_timeout = self.grpc_handshake_timeout.0;
         c.connections.grpc_max = self.grpc_max_connections.get();
         c.validate().map_err(flag_problems)?;
+        self.check_exposure()?;
+        c.security.metrics_auth = self.metrics_auth;
+        c.security.insecure_no_auth = self.insecure_no_auth && self.auth.is_none();
         Ok(c)
+    }
+
+    /// Without --auth only loopback addresses are served, unless --insecure-no-auth says
+    /// otherwise; --metrics-auth needs --auth.
+    fn check_exposure(&self) -> Result<(), CliError> {
+        if self.auth.is_some() {
+            return Ok(());
+        }
+        if self.metrics_auth {
+            return Err(CliError::usage(
+                "--metrics-auth",
+                "--metrics-auth needs --auth FILE (the users and tokens to check)",
+            ));
+        }
+        if self.insecure_no_auth {
+            return Ok(());
+        }
+        for (flag, addr) in [("--http", self.http), ("--grpc", self.grpc)] {
+            if !addr.ip().is_loopback() {
+                return Err(CliError::usage(
+                    flag,
+                    format!(
+                        "{flag} {addr} is reachable from other hosts and no --auth is given: \
+                         add --auth FILE (see `gangway auth --help`), or --insecure-no-auth"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -227,6 +275,20 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("bind gRPC {}", args.grpc))?;
     let store = gangway_store_redb::RedbStore::open(&args.data_dir)
         .with_context(|| format!("data dir {}", args.data_dir.display()))?;
+    let mut config = config;
+    if let Some(path) = &args.auth {
+        config.security.authority = gangway_server::auth::Authority::load(path)
+            .with_context(|| "--auth: cannot load the users and tokens")?;
+    } else if config.security.insecure_no_auth {
+        tracing::warn!(
+            http = %args.http,
+            grpc = %args.grpc,
+            "--insecure-no-auth: no authentication; anyone who reaches these ports may \
+             register, offline, drain and delete anything"
+        );
+    }
+    let authority = config.security.authority.clone();
+    let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     let server = gangway_server::start(config.clone(), Arc::new(store), http, grpc).await?;
     // The ports answer health (503 LOADING) while the store loads; the line below says that
     // everything is served.
@@ -234,16 +296,27 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let (http_max, grpc_max) = server.max_connections;
     println!(
         "gangway server {} listening: http={} grpc={} data-dir={} warm-up={} \
-         max-connections={http_max}/{grpc_max} fd-limit={fd_limit}",
+         max-connections={http_max}/{grpc_max} budget={} fd-limit={fd_limit} auth={}",
         env!("CARGO_PKG_VERSION"),
         server.http_addr,
         server.grpc_addr,
         args.data_dir.display(),
         format_duration(config.warmup),
+        server.connection_budget,
+        if authority.is_on() { "on" } else { "off" },
     );
-    tokio::select! {
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+    loop {
+        tokio::select! {
+            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break }
+            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break }
+            _ = hup.recv() => match authority.reload() {
+                Ok((users, tokens)) if authority.is_on() => {
+                    tracing::info!(users, tokens, "SIGHUP: auth file reloaded");
+                }
+                Ok(_) => tracing::info!("SIGHUP: no --auth file to reload"),
+                Err(e) => tracing::warn!(error = %e, "SIGHUP: auth file not reloaded, the old one stays"),
+            },
+        }
     }
     let report = server.shutdown().await;
     let dropped = report.http.dropped + report.grpc.dropped;
@@ -289,11 +362,43 @@ mod tests {
         assert_eq!(c.connections, config::Connections::default());
         assert_eq!(c.connections.http_header_timeout, Duration::from_secs(30));
         assert_eq!(c.connections.http_idle_timeout, Duration::from_secs(75));
+        assert_eq!(c.connections.http_body_timeout, Duration::from_secs(10));
         assert_eq!(
             c.connections.grpc_handshake_timeout,
             Duration::from_secs(10)
         );
         assert_eq!(c.connections.http_max, None, "auto");
+    }
+
+    #[test]
+    fn without_auth_only_loopback_is_served_unless_insecure() {
+        assert!(parse(&[]).unwrap().config().is_ok());
+        for flags in [
+            &["--http", "0.0.0.0:8848"][..],
+            &["--grpc", "192.0.2.1:9848"][..],
+        ] {
+            let e = parse(flags).unwrap().config().unwrap_err().to_string();
+            assert!(
+                e.contains("reachable from other hosts") && e.contains("--insecure-no-auth"),
+                "{e}"
+            );
+        }
+        let c = parse(&["--http", "0.0.0.0:8848", "--insecure-no-auth"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert!(c.security.insecure_no_auth);
+        let c = parse(&["--http", "0.0.0.0:8848", "--auth", "/nonexistent"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert!(!c.security.insecure_no_auth);
+        let e = parse(&["--metrics-auth"])
+            .unwrap()
+            .config()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--metrics-auth needs --auth"), "{e}");
     }
 
     #[test]
@@ -305,6 +410,8 @@ mod tests {
             "5s",
             "--http-idle-timeout",
             "1m",
+            "--http-body-timeout",
+            "3s",
             "--http-max-connections",
             "100",
             "--grpc-max-connections",
@@ -318,6 +425,7 @@ mod tests {
         assert_eq!(c.shutdown_timeout, Duration::from_secs(2));
         assert_eq!(c.connections.http_header_timeout, Duration::from_secs(5));
         assert_eq!(c.connections.http_idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.connections.http_body_timeout, Duration::from_secs(3));
         assert_eq!(c.connections.http_max, Some(100));
         assert_eq!(c.connections.grpc_max, None);
         assert_eq!(

@@ -58,6 +58,31 @@ pub struct ClientConfig {
     /// considered dead and the client reconnects. Default [`DEFAULT_KEEPALIVE_TIMEOUT`]; must
     /// be > 0.
     pub keepalive_timeout: Duration,
+    /// API token or login token sent on every session (`authorization: Bearer ...` metadata)
+    /// to a registry that runs with `--auth`. Default none.
+    pub token: Option<Token>,
+}
+
+/// A secret token; its `Debug` shows no secret, so a logged config leaks nothing.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// Wraps a token (`gwt_...` from `gangway auth token create`).
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+
+    /// The token itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
 }
 
 impl ClientConfig {
@@ -73,7 +98,14 @@ impl ClientConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            token: None,
         }
+    }
+
+    /// Sets [`token`](Self::token).
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(Token::new(token));
+        self
     }
 
     /// Sets [`client_name`](Self::client_name).
@@ -134,6 +166,16 @@ impl ClientConfig {
                 problems.push(format!("{name}: must be > 0"));
             } else if value > MAX_DURATION {
                 problems.push(format!("{name}: {value:?} is above the 24 h limit"));
+            }
+        }
+        if let Some(t) = &self.token {
+            let value = format!("Bearer {}", t.expose());
+            if t.expose().is_empty()
+                || value
+                    .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
+                    .is_err()
+            {
+                problems.push("token: empty or not printable ASCII".to_owned());
             }
         }
         if self.backoff_max < self.backoff_initial {

@@ -207,6 +207,7 @@ impl Worker {
                 self.endpoint.clone(),
                 self.config.client_name.clone(),
                 self.client_id.clone(),
+                self.config.token.clone(),
                 self.config.request_timeout,
             );
             tokio::pin!(connect);
@@ -705,6 +706,7 @@ async fn open(
     endpoint: Endpoint,
     client_name: String,
     client_id: String,
+    token: Option<crate::config::Token>,
     deadline: Duration,
 ) -> Result<Conn, String> {
     let handshake = async move {
@@ -720,8 +722,15 @@ async fn open(
             kind: Some(hello),
         })
         .map_err(|_| "request stream closed".to_owned())?;
+        let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
+        if let Some(t) = token {
+            let value = format!("Bearer {}", t.expose())
+                .parse()
+                .map_err(|_| "token: not printable ASCII".to_owned())?;
+            request.metadata_mut().insert("authorization", value);
+        }
         let response = client
-            .session(UnboundedReceiverStream::new(rx))
+            .session(request)
             .await
             .map_err(|status| format!("session refused: {status}"))?;
         let mut inbound = response.into_inner();

@@ -7,6 +7,8 @@
 //! | code | status | when |
 //! |---|---|---|
 //! | `bad_host` | 400 | the host names no service (see [`naming`](crate::naming)) |
+//! | `bad_host` | 400 | two `Host` headers |
+//! | `unsupported_scheme` | 400 | an absolute-form target that is not `http://` (`https://...`: the proxy neither tunnels nor originates TLS) |
 //! | `method_not_supported` | 501 | `CONNECT` (the proxy does not tunnel) |
 //! | `body_too_large` | 413 | the request body exceeds `max_request_body` |
 //! | `bad_request_body` | 400 | the request body broke off |
@@ -35,6 +37,15 @@ pub enum ProxyError {
     BadHost {
         /// Why.
         reason: String,
+    },
+    /// An absolute-form target whose scheme is not `http`.
+    #[error(
+        "{scheme}:// targets are not supported: the proxy speaks plain HTTP to instances and does \
+         not tunnel TLS; send http://SERVICE/path"
+    )]
+    UnsupportedScheme {
+        /// The scheme, e.g. `https`.
+        scheme: String,
     },
     /// `CONNECT` and other methods the proxy cannot forward.
     #[error(
@@ -99,6 +110,7 @@ impl ProxyError {
     pub fn code(&self) -> &'static str {
         match self {
             ProxyError::BadHost { .. } => "bad_host",
+            ProxyError::UnsupportedScheme { .. } => "unsupported_scheme",
             ProxyError::MethodNotSupported { .. } => "method_not_supported",
             ProxyError::BodyTooLarge { .. } => "body_too_large",
             ProxyError::BadRequestBody { .. } => "bad_request_body",
@@ -113,9 +125,9 @@ impl ProxyError {
     /// The HTTP status of the answer.
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::BadHost { .. } | ProxyError::BadRequestBody { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            ProxyError::BadHost { .. }
+            | ProxyError::UnsupportedScheme { .. }
+            | ProxyError::BadRequestBody { .. } => StatusCode::BAD_REQUEST,
             ProxyError::MethodNotSupported { .. } => StatusCode::NOT_IMPLEMENTED,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::UnknownService { .. }
@@ -193,6 +205,12 @@ mod tests {
         let s = ServiceKey::named("x");
         let cases = [
             (ProxyError::BadHost { reason: "r".into() }, 400),
+            (
+                ProxyError::UnsupportedScheme {
+                    scheme: "https".into(),
+                },
+                400,
+            ),
             (
                 ProxyError::MethodNotSupported {
                     method: "CONNECT".into(),

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::auth::Authority;
+
 use gangway_core::validate::{MAX_LEASE, MIN_LEASE};
 
 /// Default REST address (Nacos's default port).
@@ -69,6 +71,11 @@ pub const DEFAULT_HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default HTTP idle keep-alive timeout: a connection with no request in flight and no byte of
 /// the next one is closed after this (nginx's `keepalive_timeout`): 75 s.
 pub const DEFAULT_HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
+/// Default HTTP request body timeout: a request body must be complete within this of the end
+/// of its head, however steadily it trickles in; otherwise the request is answered `408`
+/// `request_timeout` and the connection closed: 10 s. The largest body the API accepts (2 MiB)
+/// needs 200 KiB/s for it; registry bodies are a few hundred bytes.
+pub const DEFAULT_HTTP_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default gRPC handshake timeout: a connection must send the HTTP/2 client preface within this
 /// of its accept; afterwards HTTP/2 keepalive pings decide: 10 s.
 pub const DEFAULT_GRPC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -117,6 +124,22 @@ pub struct Config {
     pub connections: Connections,
     /// Nacos client detection timing.
     pub nacos: NacosTiming,
+    /// Authentication and its options (docs/security.md).
+    pub security: Security,
+}
+
+/// Authentication and what it covers. Default: off ([`Authority::off`]), which only a
+/// loopback-bound server should run with (`gangway server` refuses otherwise unless
+/// `--insecure-no-auth`).
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// Users and tokens; [`Authority::off`] lets every request through.
+    pub authority: Authority,
+    /// `/metrics` requires credentials too (`--metrics-auth`); otherwise it is open.
+    pub metrics_auth: bool,
+    /// Auth is off on a non-loopback address by the operator's explicit choice
+    /// (`--insecure-no-auth`): `/v1/health` says `"auth": "off"`.
+    pub insecure_no_auth: bool,
 }
 
 /// Nacos gRPC client detection (Nacos's `ClientDetectionRequest`): a connection that sent
@@ -175,6 +198,10 @@ pub struct Connections {
     /// HTTP: an idle keep-alive connection is closed after this (default
     /// [`DEFAULT_HTTP_IDLE_TIMEOUT`]).
     pub http_idle_timeout: Duration,
+    /// HTTP: a request body must be complete within this of the end of its head (default
+    /// [`DEFAULT_HTTP_BODY_TIMEOUT`]); a body that stalls for [`Connections::http_header_timeout`]
+    /// fails earlier. Either way: `408` `request_timeout`.
+    pub http_body_timeout: Duration,
     /// HTTP: most open connections; further ones get a 503 `overloaded` JSON error and are
     /// closed. `None` (default): derived from the file descriptor limit, at most
     /// [`DEFAULT_MAX_CONNECTIONS`].
@@ -185,6 +212,11 @@ pub struct Connections {
     /// gRPC: most open connections; further ones get gRPC status UNAVAILABLE and are closed.
     /// `None` (default): derived as for [`Connections::http_max`].
     pub grpc_max: Option<usize>,
+    /// The open-file limit the maximums and the budget of both ports together (three quarters
+    /// of it) are derived from. `None` (default): the process's soft `RLIMIT_NOFILE`. Set it
+    /// lower to keep a server to a share of the process's descriptors (several servers in one
+    /// process, tests).
+    pub fd_limit: Option<u64>,
 }
 
 impl Default for Connections {
@@ -192,9 +224,11 @@ impl Default for Connections {
         Self {
             http_header_timeout: DEFAULT_HTTP_HEADER_TIMEOUT,
             http_idle_timeout: DEFAULT_HTTP_IDLE_TIMEOUT,
+            http_body_timeout: DEFAULT_HTTP_BODY_TIMEOUT,
             http_max: None,
             grpc_handshake_timeout: DEFAULT_GRPC_HANDSHAKE_TIMEOUT,
             grpc_max: None,
+            fd_limit: None,
         }
     }
 }
@@ -240,6 +274,7 @@ impl Default for Config {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             connections: Connections::default(),
             nacos: NacosTiming::default(),
+            security: Security::default(),
         }
     }
 }
@@ -335,6 +370,12 @@ impl Config {
                 hour,
             ),
             (
+                "connections.http_body_timeout",
+                self.connections.http_body_timeout,
+                ms(100),
+                hour,
+            ),
+            (
                 "connections.grpc_handshake_timeout",
                 self.connections.grpc_handshake_timeout,
                 ms(100),
@@ -376,6 +417,12 @@ impl Config {
                     message: format!("must be 1-1000000, got {n}"),
                 });
             }
+        }
+        if let Some(n) = self.connections.fd_limit.filter(|n| *n < 16) {
+            problems.push(ConfigProblem {
+                field: "connections.fd_limit",
+                message: format!("must be at least 16, got {n}"),
+            });
         }
         if problems.is_empty() {
             Ok(())

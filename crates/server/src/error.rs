@@ -1,12 +1,12 @@
 //! The one error type that reaches the wire: REST (status + JSON body) and gRPC (status code).
 
-use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use gangway_core::ValidationError;
 use gangway_store::StoreError;
 use gangway_wire::{ErrorBody, ErrorCode, ErrorDetail};
 
+use crate::auth::AuthError;
 use crate::engine::RegistryError;
 
 /// A request the registry refuses or could not carry out. Nothing was changed.
@@ -36,6 +36,13 @@ pub enum ApiError {
         /// The limit, in bytes.
         limit_bytes: usize,
     },
+    /// The request body did not arrive in time (HTTP 408; the connection is closed): it
+    /// stalled for the header timeout, or was not complete within the body timeout.
+    #[error("{message}")]
+    RequestTimeout {
+        /// Which bound was passed.
+        message: String,
+    },
     /// The registry is starting and holds back snapshots (HTTP 503, gRPC UNAVAILABLE).
     #[error("the registry is warming up; retry shortly")]
     WarmingUp,
@@ -52,6 +59,29 @@ pub enum ApiError {
     #[error("{message}")]
     HeadersTooLarge {
         /// Which limit was passed.
+        message: String,
+    },
+    /// No credentials, or credentials that are not valid (HTTP 401 with `WWW-Authenticate`,
+    /// gRPC UNAUTHENTICATED).
+    #[error("{message}")]
+    Unauthenticated {
+        /// Why.
+        message: String,
+    },
+    /// Valid credentials without the role the route's rule needs (HTTP 403, gRPC
+    /// PERMISSION_DENIED); the body names the rule.
+    #[error("{message}")]
+    Forbidden {
+        /// The rule (docs/security.md).
+        rule: &'static str,
+        /// What it needed.
+        message: String,
+    },
+    /// A mutation that a web page could send across sites (an HTML form, `text/plain`) without
+    /// credentials (HTTP 415).
+    #[error("{message}")]
+    UnsupportedMediaType {
+        /// What is accepted.
         message: String,
     },
     /// The server holds its maximum number of connections (HTTP 503, gRPC UNAVAILABLE); retry
@@ -91,11 +121,15 @@ impl ApiError {
             ApiError::Conflict { .. } => ErrorCode::Conflict,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            ApiError::RequestTimeout { .. } => ErrorCode::RequestTimeout,
             ApiError::WarmingUp => ErrorCode::WarmingUp,
             ApiError::Store(_) => ErrorCode::Internal,
             ApiError::UriTooLong { .. } => ErrorCode::UriTooLong,
             ApiError::HeadersTooLarge { .. } => ErrorCode::HeadersTooLarge,
             ApiError::Overloaded { .. } => ErrorCode::Overloaded,
+            ApiError::Unauthenticated { .. } => ErrorCode::Unauthenticated,
+            ApiError::Forbidden { .. } => ErrorCode::Forbidden,
+            ApiError::UnsupportedMediaType { .. } => ErrorCode::UnsupportedMediaType,
         }
     }
 
@@ -120,16 +154,25 @@ impl ApiError {
         StatusCode::from_u16(self.code().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
-    /// Code, message and field: what the REST body and a native `Reply` carry.
+    /// Code, message, field and (403 only) rule: what the REST body and a native `Reply` carry.
     pub fn detail(&self) -> ErrorDetail {
         ErrorDetail {
             code: self.code(),
             message: self.message(),
             field: self.field().map(str::to_owned),
+            rule: self.rule().map(str::to_owned),
         }
     }
 
-    /// The JSON body: `{"error": {"code", "message", "field"}}`.
+    /// The rule that refused a request (403 only).
+    pub fn rule(&self) -> Option<&'static str> {
+        match self {
+            ApiError::Forbidden { rule, .. } => Some(rule),
+            _ => None,
+        }
+    }
+
+    /// The JSON body: `{"error": {"code", "message", "field"}}` (and `"rule"` on a 403).
     pub fn json_body(&self) -> String {
         serde_json::to_string(&self.body()).unwrap_or_default()
     }
@@ -137,6 +180,20 @@ impl ApiError {
     fn body(&self) -> ErrorBody {
         ErrorBody {
             error: self.detail(),
+        }
+    }
+
+    /// The gRPC status of this error.
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self {
+            ApiError::Invalid(_) => tonic::Code::InvalidArgument,
+            ApiError::NotFound { .. } => tonic::Code::NotFound,
+            ApiError::Conflict { .. } => tonic::Code::FailedPrecondition,
+            ApiError::Unauthenticated { .. } => tonic::Code::Unauthenticated,
+            ApiError::Forbidden { .. } => tonic::Code::PermissionDenied,
+            ApiError::WarmingUp | ApiError::Overloaded { .. } => tonic::Code::Unavailable,
+            ApiError::Store(_) => tonic::Code::Internal,
+            _ => tonic::Code::InvalidArgument,
         }
     }
 }
@@ -156,6 +213,21 @@ impl From<RegistryError> for ApiError {
     }
 }
 
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthenticated(message) => ApiError::Unauthenticated { message },
+            AuthError::Forbidden { rule, message } => ApiError::Forbidden { rule, message },
+        }
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(e: ApiError) -> Self {
+        tonic::Status::new(e.grpc_code(), e.message())
+    }
+}
+
 impl From<ValidationError> for ApiError {
     fn from(e: ValidationError) -> Self {
         ApiError::Invalid(e)
@@ -169,8 +241,29 @@ impl From<StoreError> for ApiError {
 }
 
 impl IntoResponse for ApiError {
-    /// `{"error": {"code", "message", "field"}}` with the variant's status.
+    /// `{"error": {"code", "message", "field"}}` with the variant's status; a 408 also closes
+    /// the connection (the rest of the body is not read).
     fn into_response(self) -> Response {
-        (self.status(), Json(self.body())).into_response()
+        let close = matches!(self, ApiError::RequestTimeout { .. });
+        let unauthenticated = matches!(self, ApiError::Unauthenticated { .. });
+        let mut response = (
+            self.status(),
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            self.json_body(),
+        )
+            .into_response();
+        if unauthenticated {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"gangway\""),
+            );
+        }
+        if close {
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{Caller, Rule};
 use crate::engine::{
     DrainReport, LivenessRequest, Push, Registry, RegistryError, Snapshot, SubscriberInfo,
     SubscriberKind,
@@ -89,8 +90,8 @@ fn wait_timeout(registry: &Registry, timeout_ms: u64) -> Duration {
 
 /// The one place where the native protocol maps a [`RegistryError`]: its REST code, message
 /// and field go into the `Reply`.
-fn reply(request_id: u64, result: Result<pb::Reply, RegistryError>) -> pb::ServerMessage {
-    let reply = match result.map_err(ApiError::from) {
+fn reply(request_id: u64, result: Result<pb::Reply, ApiError>) -> pb::ServerMessage {
+    let reply = match result {
         Ok(r) => pb::Reply { request_id, ..r },
         Err(e) => proto::rejected_reply(request_id, e.detail()),
     };
@@ -114,6 +115,27 @@ impl pb::registry_server::Registry for SessionService {
                 "the registry is loading its store; retry shortly",
             ));
         }
+        // Metadata `authorization`, as the REST header (docs/security.md).
+        let credentials = match request.metadata().get("authorization") {
+            Some(v) => {
+                let v = v
+                    .to_str()
+                    .map_err(|_| Status::unauthenticated("authorization metadata: not ASCII"))?;
+                Some(crate::auth::layer::parse_authorization(v).map_err(ApiError::from)?)
+            }
+            None => None,
+        };
+        let caller = self
+            .registry
+            .config()
+            .security
+            .authority
+            .authenticate(credentials)
+            .await
+            .map_err(ApiError::from)?;
+        if caller == Caller::Anonymous {
+            return Err(ApiError::from(caller.allow(Rule::Read, "", None).unwrap_err()).into());
+        }
         let peer = request
             .remote_addr()
             .map(|a: SocketAddr| a.to_string())
@@ -134,6 +156,7 @@ impl pb::registry_server::Registry for SessionService {
             peer,
             hello.client_name,
             hello.client_id,
+            caller,
             tx,
         );
         tokio::spawn(session.run(inbound));
@@ -182,6 +205,7 @@ struct Session {
     id: String,
     peer: String,
     client_name: String,
+    caller: Caller,
     tx: mpsc::Sender<pb::ServerMessage>,
     subscriptions: HashMap<ServiceKey, (String, tokio::task::JoinHandle<()>)>,
 }
@@ -192,6 +216,7 @@ impl Session {
         peer: String,
         client_name: String,
         client_id: String,
+        caller: Caller,
         tx: mpsc::Sender<pb::ServerMessage>,
     ) -> Self {
         let id = registry.open_session(peer.clone(), client_name.clone(), client_id);
@@ -200,6 +225,7 @@ impl Session {
             id,
             peer,
             client_name,
+            caller,
             tx,
             subscriptions: HashMap::new(),
         }
@@ -240,20 +266,12 @@ impl Session {
         use pb::client_message::Kind;
         let rid = msg.request_id;
         let Some(kind) = msg.kind else { return };
-        let result = match kind {
+        let result: Result<pb::Reply, ApiError> = match kind {
             Kind::Hello(_) => {
                 Err(ValidationError::new("hello", "sent twice on one session").into())
             }
             Kind::Register(r) => self.register(r).await,
-            Kind::Deregister(d) => instance_key(d.instance).and_then(|key| {
-                let revision =
-                    self.registry
-                        .deregister_on_session(&self.id, &service_key(d.service), &key)?;
-                Ok(pb::Reply {
-                    revision,
-                    ..Default::default()
-                })
-            }),
+            Kind::Deregister(d) => self.deregister(d),
             Kind::Subscribe(s) => self.subscribe(service_key(s.service)),
             Kind::Unsubscribe(s) => {
                 if let Some((sub, task)) = self.subscriptions.remove(&service_key(s.service)) {
@@ -269,10 +287,12 @@ impl Session {
                 return;
             }
             Kind::Pull(p) => {
-                if self.registry.warming_up() {
-                    Err(RegistryError::WarmingUp)
+                let service = service_key(p.service);
+                if let Err(e) = self.caller.allow(Rule::Read, &service.namespace, None) {
+                    Err(e.into())
+                } else if self.registry.warming_up() {
+                    Err(RegistryError::WarmingUp.into())
                 } else {
-                    let service = service_key(p.service);
                     let view = self.registry.view(&service);
                     if view.revision == p.known_revision {
                         Ok(pb::Reply {
@@ -290,23 +310,26 @@ impl Session {
             Kind::Drain(d) => {
                 // Drains wait on acks, which arrive on this very stream: never block the reader.
                 let registry = self.registry.clone();
+                let caller = self.caller.clone();
                 self.reply_later(rid, async move {
                     let key = instance_key(d.instance)?;
+                    let service = service_key(d.service);
+                    let owner = registry.owner(&service, &key);
+                    caller.allow(Rule::Instance, &service.namespace, owner.as_deref())?;
                     let timeout = wait_timeout(&registry, d.timeout_ms);
-                    registry
-                        .drain(&service_key(d.service), &key, timeout, d.force)
-                        .await
+                    Ok::<_, ApiError>(registry.drain(&service, &key, timeout, d.force).await?)
                 });
                 return;
             }
             Kind::WaitReady(w) => {
                 let registry = self.registry.clone();
+                let caller = self.caller.clone();
                 self.reply_later(rid, async move {
                     let key = instance_key(w.instance)?;
+                    let service = service_key(w.service);
+                    caller.allow(Rule::Read, &service.namespace, None)?;
                     let timeout = wait_timeout(&registry, w.timeout_ms);
-                    registry
-                        .wait_ready(&service_key(w.service), &key, timeout)
-                        .await
+                    Ok::<_, ApiError>(registry.wait_ready(&service, &key, timeout).await?)
                 });
                 return;
             }
@@ -319,7 +342,7 @@ impl Session {
     fn reply_later(
         &self,
         rid: u64,
-        wait: impl Future<Output = Result<DrainReport, RegistryError>> + Send + 'static,
+        wait: impl Future<Output = Result<DrainReport, ApiError>> + Send + 'static,
     ) {
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -332,17 +355,22 @@ impl Session {
         });
     }
 
-    async fn register(&mut self, r: pb::Register) -> Result<pb::Reply, RegistryError> {
+    async fn register(&mut self, r: pb::Register) -> Result<pb::Reply, ApiError> {
         let key = instance_key(r.instance)?;
+        let service = service_key(r.service);
+        let owner = self.registry.owner(&service, &key);
+        self.caller
+            .allow(Rule::Register, &service.namespace, owner.as_deref())?;
         let mut instance = Instance::new(key);
         instance.weight = r.weight.unwrap_or(gangway_core::model::DEFAULT_WEIGHT);
         instance.metadata = r.metadata.into_iter().collect();
         let (revision, _) = self
             .registry
-            .register(
-                service_key(r.service),
+            .register_owned(
+                service,
                 instance,
                 LivenessRequest::Session(self.id.clone()),
+                self.caller.owner().map(str::to_owned),
             )
             .await?;
         Ok(pb::Reply {
@@ -351,7 +379,21 @@ impl Session {
         })
     }
 
-    fn subscribe(&mut self, service: ServiceKey) -> Result<pb::Reply, RegistryError> {
+    /// Deregisters an instance this session keeps alive (the engine refuses others).
+    fn deregister(&mut self, d: pb::Deregister) -> Result<pb::Reply, ApiError> {
+        let key = instance_key(d.instance)?;
+        let service = service_key(d.service);
+        let revision = self
+            .registry
+            .deregister_on_session(&self.id, &service, &key)?;
+        Ok(pb::Reply {
+            revision,
+            ..Default::default()
+        })
+    }
+
+    fn subscribe(&mut self, service: ServiceKey) -> Result<pb::Reply, ApiError> {
+        self.caller.allow(Rule::Read, &service.namespace, None)?;
         if self.subscriptions.contains_key(&service) {
             return Ok(pb::Reply::default());
         }

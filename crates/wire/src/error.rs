@@ -41,6 +41,17 @@ pub enum ErrorCode {
     Overloaded,
     /// `internal`: the store or the registry itself failed (HTTP 500).
     Internal,
+    /// `request_timeout`: the request body did not arrive in time (HTTP 408; the connection
+    /// is closed).
+    RequestTimeout,
+    /// `unauthenticated`: no credentials, or not valid ones (HTTP 401; gRPC UNAUTHENTICATED).
+    Unauthenticated,
+    /// `forbidden`: valid credentials without the role the route's rule needs; the refusal
+    /// names the rule ([`ErrorDetail::rule`]) (HTTP 403; gRPC PERMISSION_DENIED).
+    Forbidden,
+    /// `unsupported_media_type`: a mutation a web page could send across sites (an HTML form,
+    /// `text/plain`) (HTTP 415).
+    UnsupportedMediaType,
     /// A code this version does not know, as it was sent. [`ErrorCode::parse`] never makes
     /// one of a known text.
     Other(String),
@@ -57,6 +68,10 @@ pub struct ErrorDetail {
     /// [`ErrorCode::InvalidArgument`]; `None` (JSON `null`) otherwise.
     #[serde(default)]
     pub field: Option<String>,
+    /// The access rule that refused the request (docs/security.md), for
+    /// [`ErrorCode::Forbidden`] only; not sent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// The body of every REST error answer: `{"error": {"code", "message", "field"}}`.
@@ -68,7 +83,7 @@ pub struct ErrorBody {
 
 impl ErrorCode {
     /// Every code this version knows, in the order of the docs.
-    pub const KNOWN: [ErrorCode; 10] = [
+    pub const KNOWN: [ErrorCode; 14] = [
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
@@ -79,6 +94,10 @@ impl ErrorCode {
         ErrorCode::WarmingUp,
         ErrorCode::Overloaded,
         ErrorCode::Internal,
+        ErrorCode::RequestTimeout,
+        ErrorCode::Unauthenticated,
+        ErrorCode::Forbidden,
+        ErrorCode::UnsupportedMediaType,
     ];
 
     /// The code's text on the wire, e.g. `invalid_argument`.
@@ -94,6 +113,10 @@ impl ErrorCode {
             ErrorCode::WarmingUp => "warming_up",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Internal => "internal",
+            ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::Other(text) => text,
         }
     }
@@ -112,8 +135,12 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => 400,
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::UriTooLong => 414,
             ErrorCode::HeadersTooLarge => 431,
             ErrorCode::WarmingUp | ErrorCode::Overloaded => 503,
@@ -163,6 +190,7 @@ impl ErrorDetail {
             code,
             message: message.into(),
             field: field.map(str::to_owned),
+            rule: None,
         }
     }
 }

@@ -8,6 +8,7 @@ use gangway_wire::client::{RestClient, RestError};
 
 use crate::error::{CliError, EXIT_OK};
 
+pub mod auth;
 pub mod drain;
 pub mod list;
 pub mod register;
@@ -29,10 +30,12 @@ pub struct Context {
 pub type Outcome = Result<ExitCode, CliError>;
 
 impl Context {
-    /// A context for the registry at `server` (`host:port`).
-    pub fn new(server: &str, json: bool) -> Result<Self, RestError> {
+    /// A context for the registry at `server` (`host:port`) whose requests carry `token`
+    /// (`--token`, `GANGWAY_TOKEN`).
+    pub fn with_token(server: &str, token: Option<&str>, json: bool) -> Result<Self, RestError> {
         let registry = RestClient::builder(server)
             .user_agent(concat!("gangway-cli/", env!("CARGO_PKG_VERSION")))
+            .token(token)
             .build()?;
         Ok(Self {
             registry,

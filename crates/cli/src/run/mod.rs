@@ -99,7 +99,8 @@ pub struct RunArgs {
         long = "registry",
         env = "GANGWAY_GRPC",
         default_value = "127.0.0.1:9848",
-        value_name = "HOST:PORT"
+        value_name = "HOST:PORT",
+        value_parser = crate::args::parse_server
     )]
     pub registries: Vec<String>,
     /// Namespace [default: public].

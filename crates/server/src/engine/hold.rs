@@ -148,7 +148,7 @@ impl Registry {
             let mut deadlines = Vec::new();
             for (svc, service) in state.services.iter_mut() {
                 for entry in service.instances.values_mut() {
-                    if let Liveness::Grace { until } = &mut entry.liveness {
+                    if let Liveness::Grace { until, .. } = &mut entry.liveness {
                         *until += gap;
                     }
                     if let Liveness::Lease(lease) = &mut entry.liveness {
@@ -228,7 +228,7 @@ impl Registry {
         let mut later: Option<Instant> = None;
         for (svc, s) in &state.services {
             for e in s.instances.values() {
-                if let Liveness::Grace { until } = e.liveness {
+                if let Liveness::Grace { until, .. } = e.liveness {
                     if until <= now {
                         gone.push((svc.clone(), e.instance.key.clone()));
                     } else {

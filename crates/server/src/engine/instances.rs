@@ -36,6 +36,18 @@ impl Registry {
         instance: Instance,
         liveness: LivenessRequest,
     ) -> Result<(u64, Instance), RegistryError> {
+        self.register_owned(service, instance, liveness, None).await
+    }
+
+    /// [`Registry::register`] on behalf of the principal `owner` ([`Entry::owner`]); whether it
+    /// may is the transport's decision (`auth::Rule::Register`), made before.
+    pub async fn register_owned(
+        &self,
+        service: ServiceKey,
+        instance: Instance,
+        liveness: LivenessRequest,
+        owner: Option<String>,
+    ) -> Result<(u64, Instance), RegistryError> {
         validate::service_key(&service)?;
         validate::instance_key(&instance.key)?;
         validate::weight(instance.weight)?;
@@ -48,14 +60,18 @@ impl Registry {
         if in_memory {
             // Nothing to store (unless an offline mark must be written, found below): the
             // common case is one critical section, nothing to cancel halfway.
-            if let Some(done) = self.register_in_memory(&service, &instance, &liveness) {
+            if let Some(done) = self.register_in_memory(&service, &instance, &liveness, &owner) {
                 return done;
             }
         }
         let registry = self.clone();
-        tokio::spawn(async move { registry.register_durably(service, instance, liveness).await })
-            .await
-            .map_err(|e| RegistryError::Internal(format!("register task failed: {e}")))?
+        tokio::spawn(async move {
+            registry
+                .register_durably(service, instance, liveness, owner)
+                .await
+        })
+        .await
+        .map_err(|e| RegistryError::Internal(format!("register task failed: {e}")))?
     }
 
     /// A registration that writes nothing to the store, in one critical section. `None` when it
@@ -65,11 +81,13 @@ impl Registry {
         service: &ServiceKey,
         instance: &Instance,
         liveness: &Liveness,
+        owner: &Option<String>,
     ) -> Option<Result<(u64, Instance), RegistryError>> {
         let mut state = self.lock();
         if let Err(e) = state.check_register(service, instance, liveness) {
             return Some(Err(e));
         }
+        state.take_over_from_grace(service, &instance.key, liveness);
         let mut instance = instance.clone();
         if state
             .marks
@@ -87,7 +105,7 @@ impl Registry {
             }
         }
         let key = instance.key.clone();
-        let revision = state.insert_and_publish(service, instance, liveness.clone());
+        let revision = state.insert_and_publish(service, instance, liveness.clone(), owner.clone());
         let stored = state.entry(service, &key).map(|e| e.instance.clone());
         Some(stored.map(|i| (revision, i)))
     }
@@ -97,6 +115,7 @@ impl Registry {
         service: ServiceKey,
         mut instance: Instance,
         liveness: Liveness,
+        owner: Option<String>,
     ) -> Result<(u64, Instance), RegistryError> {
         let key = instance.key.clone();
         let mark_key = (service.clone(), key.clone());
@@ -108,6 +127,7 @@ impl Registry {
         let (batch, durably_marked, reservations) = {
             let mut state = self.lock();
             state.check_register(&service, &instance, &liveness)?;
+            state.take_over_from_grace(&service, &key, &liveness);
             let marked = state.marks.get(&mark_key).map(|m| m.until_gone);
             if marked.is_some() {
                 instance.enabled = false;
@@ -149,7 +169,7 @@ impl Registry {
                         .or_insert_with(|| MarkEntry::new(false))
                         .until_gone = false;
                 }
-                Ok(state.insert_and_publish(&service, instance, liveness))
+                Ok(state.insert_and_publish(&service, instance, liveness, owner))
             }
         };
         let applied = if batch.is_empty() {

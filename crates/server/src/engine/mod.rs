@@ -69,6 +69,9 @@ pub enum Liveness {
     Grace {
         /// When the instance goes if no session registered it again.
         until: Instant,
+        /// The client id of the session that ended (empty: none given): a registration by
+        /// another client is a new process, which a drain's offline does not follow.
+        client_id: String,
     },
 }
 
@@ -118,6 +121,9 @@ pub struct Entry {
     pub instance: Instance,
     /// Who keeps it alive.
     pub liveness: Liveness,
+    /// The principal that registered it (docs/security.md): it may always take it out; others
+    /// need `admin`. `None` without auth, and for persistent instances loaded from the store.
+    pub owner: Option<String>,
 }
 
 /// A change to an existing instance; `None` fields stay as they are.
@@ -314,7 +320,7 @@ impl Registry {
                     let mut instance = stored.instance;
                     instance.healthy = true;
                     persistent.push((svc.clone(), instance.key.clone(), stored.probe.clone()));
-                    state.insert(&svc, instance, Liveness::Probe(stored.probe));
+                    state.insert(&svc, instance, Liveness::Probe(stored.probe), None);
                 }
                 state.publish(&svc, Changed::All);
             }
@@ -403,6 +409,12 @@ impl Registry {
         key: &InstanceKey,
     ) -> Result<Instance, RegistryError> {
         Ok(self.lock().entry(service, key)?.instance.clone())
+    }
+
+    /// The principal that owns an instance ([`Entry::owner`]); `None` when nobody does or the
+    /// instance is unknown.
+    pub fn owner(&self, service: &ServiceKey, key: &InstanceKey) -> Option<String> {
+        self.lock().entry(service, key).ok()?.owner.clone()
     }
 
     /// Settings of a service. Errors: 404 if the registry knows nothing of it.

@@ -61,7 +61,10 @@ impl Registry {
                     .get_mut(&svc)
                     .and_then(|s| s.instances.get_mut(&key))
                 {
-                    entry.liveness = Liveness::Grace { until: grace_until };
+                    entry.liveness = Liveness::Grace {
+                        until: grace_until,
+                        client_id: session.client_id.clone(),
+                    };
                     in_grace = true;
                 }
                 continue;

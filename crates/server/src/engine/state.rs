@@ -173,6 +173,37 @@ impl State {
         Ok(())
     }
 
+    /// A registration that takes over an instance left in grace by another client (a new
+    /// process on the same address, not the old one reconnecting after the registry's stall):
+    /// a drain's offline mark of the old process is dropped, as when an instance leaves (see
+    /// [`Patch::until_gone`](super::Patch::until_gone)). An operator's durable offline stays.
+    pub(crate) fn take_over_from_grace(
+        &mut self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        liveness: &Liveness,
+    ) {
+        let Some(Liveness::Grace { client_id, .. }) = self
+            .services
+            .get(service)
+            .and_then(|s| s.instances.get(key))
+            .map(|e| &e.liveness)
+        else {
+            return;
+        };
+        let same_process = match liveness {
+            Liveness::Session(id) => self
+                .sessions
+                .get(id)
+                .is_some_and(|s| !client_id.is_empty() && &s.client_id == client_id),
+            _ => false,
+        };
+        let mark_key = (service.clone(), key.clone());
+        if !same_process && self.marks.get(&mark_key).is_some_and(|m| m.until_gone) {
+            self.marks.remove(&mark_key);
+        }
+    }
+
     /// Two sessions of one client process (a reconnect): both gave the same client id.
     fn same_client(&self, a: &str, b: &str) -> bool {
         match (self.sessions.get(a), self.sessions.get(b)) {
@@ -286,14 +317,17 @@ impl State {
             }
         }
         let threshold = entry.threshold();
-        if after.in_view(updated, threshold) {
+        let leaves_view = !after.in_view(updated, threshold);
+        // Weight 0 while the protect threshold fires keeps it in the view, but not serving.
+        let stops_serving = updated_was_serving && !updated.is_serving();
+        if !leaves_view && !stops_serving {
             return Ok(None);
         }
-        // Refused when the last serving instance would leave (even while the protect
+        // Refused when the last serving instance would stop serving (even while the protect
         // threshold keeps unhealthy instances in the view: they are not serving), or when the
         // view would be left empty.
-        let last_serving = updated_was_serving && after.serving == 0;
-        if (last_serving || after.view_len(threshold) == 0) && !force {
+        let last_serving = stops_serving && after.serving == 0;
+        if (last_serving || (leaves_view && after.view_len(threshold) == 0)) && !force {
             return Err(RegistryError::LastServingInstance {
                 service: service.clone(),
                 instance: updated.key.clone(),
@@ -334,7 +368,13 @@ impl State {
     }
 
     /// Inserts (or replaces) an instance, applying its offline mark. Does not publish.
-    pub(crate) fn insert(&mut self, key: &ServiceKey, mut instance: Instance, liveness: Liveness) {
+    pub(crate) fn insert(
+        &mut self,
+        key: &ServiceKey,
+        mut instance: Instance,
+        liveness: Liveness,
+        owner: Option<String>,
+    ) {
         if let Some(mark) = self.marks.get_mut(&(key.clone(), instance.key.clone())) {
             instance.enabled = false;
             mark.gone_since = None;
@@ -352,7 +392,11 @@ impl State {
             }
             Liveness::Probe(_) | Liveness::Grace { .. } => {}
         }
-        let old = self.service(key).upsert(Entry { instance, liveness });
+        let old = self.service(key).upsert(Entry {
+            instance,
+            liveness,
+            owner,
+        });
         if let Some(Entry {
             liveness: Liveness::Session(old_owner),
             ..
@@ -374,9 +418,10 @@ impl State {
         key: &ServiceKey,
         instance: Instance,
         liveness: Liveness,
+        owner: Option<String>,
     ) -> u64 {
         let changed = Changed::Keys(vec![instance.key.clone()]);
-        self.insert(key, instance, liveness);
+        self.insert(key, instance, liveness, owner);
         self.publish(key, changed)
     }
 

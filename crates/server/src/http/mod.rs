@@ -20,11 +20,13 @@ use gangway_core::{View, validate};
 use gangway_wire::rest;
 use serde::Deserialize;
 
+use crate::auth::{Caller, Rule};
 use crate::engine::{
     Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo, SubscriberKind,
     SubscriberRow,
 };
 use crate::error::ApiError;
+use crate::serve::BodyTimeout;
 
 /// The OpenAPI 3 description served at `/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -37,6 +39,8 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 #[derive(Clone)]
 struct AppState {
     registry: Registry,
+    /// `/metrics` needs credentials.
+    metrics_auth: bool,
     prometheus: Arc<Mutex<prometheus_client::registry::Registry>>,
 }
 
@@ -56,10 +60,19 @@ struct ApiQuery<T>(T);
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 struct ApiPath<T>(T);
 
-/// A body that could not be read: 413 when it is over [`MAX_BODY_BYTES`], else 400 naming
+/// A body that could not be read: 408 when it did not arrive in time ([`BodyTimeout`], the
+/// serving layer's body bounds), 413 when it is over [`MAX_BODY_BYTES`], else 400 naming
 /// `body` with the extractor's reason.
-fn body_error(status: StatusCode, reason: String) -> ApiError {
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
+fn body_error(
+    rejection: &(dyn std::error::Error + 'static),
+    status: StatusCode,
+    reason: String,
+) -> ApiError {
+    if let Some(timeout) = BodyTimeout::find(rejection) {
+        ApiError::RequestTimeout {
+            message: timeout.to_string(),
+        }
+    } else if status == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::PayloadTooLarge {
             limit_bytes: MAX_BODY_BYTES,
         }
@@ -70,13 +83,13 @@ fn body_error(status: StatusCode, reason: String) -> ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
-        body_error(r.status(), r.body_text())
+        body_error(&r, r.status(), r.body_text())
     }
 }
 
 impl From<BytesRejection> for ApiError {
     fn from(r: BytesRejection) -> Self {
-        body_error(r.status(), r.body_text())
+        body_error(&r, r.status(), r.body_text())
     }
 }
 
@@ -95,6 +108,7 @@ impl From<PathRejection> for ApiError {
 /// Builds the router. `prometheus` holds the registry the server's metrics were registered in.
 pub fn router(registry: Registry, prometheus: prometheus_client::registry::Registry) -> Router {
     let state = AppState {
+        metrics_auth: registry.config().security.metrics_auth,
         registry,
         prometheus: Arc::new(Mutex::new(prometheus)),
     };
@@ -187,6 +201,12 @@ async fn health(State(s): State<AppState>) -> Response {
         boot_id: s.registry.boot_id().to_owned(),
         warming_up: s.registry.warming_up(),
         loading,
+        auth: if s.registry.config().security.authority.is_on() {
+            "on"
+        } else {
+            "off"
+        }
+        .to_owned(),
     });
     if loading {
         (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
@@ -199,7 +219,10 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
+async fn metrics(State(s): State<AppState>, caller: Caller) -> Response {
+    if let (true, Err(e)) = (s.metrics_auth, caller.allow(Rule::Metrics, "", None)) {
+        return ApiError::from(e).into_response();
+    }
     s.registry.refresh_gauges();
     let mut text = String::new();
     let prometheus = s.prometheus.lock().unwrap_or_else(|p| p.into_inner());
@@ -235,6 +258,7 @@ impl From<ServiceSummary> for rest::Service {
 
 async fn list_services(
     State(s): State<AppState>,
+    caller: Caller,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::ServiceList>, ApiError> {
     for (field, value) in [("namespace", &q.namespace), ("group", &q.group)] {
@@ -243,10 +267,17 @@ async fn list_services(
             validate::name(field, v)?;
         }
     }
+    if let Some(ns) = &q.namespace {
+        caller.allow(Rule::Read, ns, None)?;
+    } else if caller == Caller::Anonymous {
+        caller.allow(Rule::Read, "", None)?;
+    }
     let services = s
         .registry
         .services(q.namespace.as_deref(), q.group.as_deref())
         .into_iter()
+        // Rule `read`, per namespace: a caller sees the namespaces it may read.
+        .filter(|svc| caller.allow(Rule::Read, &svc.key.namespace, None).is_ok())
         .map(Into::into)
         .collect();
     Ok(Json(rest::ServiceList { services }))
@@ -254,19 +285,24 @@ async fn list_services(
 
 async fn get_service(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::Service>, ApiError> {
-    Ok(Json(s.registry.service(&q.service(&name)?)?.into()))
+    let key = q.service(&name)?;
+    caller.allow(Rule::Read, &key.namespace, None)?;
+    Ok(Json(s.registry.service(&key)?.into()))
 }
 
 async fn put_service(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
     ApiJson(body): ApiJson<rest::SettingsRequest>,
 ) -> Result<Json<rest::Service>, ApiError> {
     let key = q.service(&name)?;
+    caller.allow(Rule::Service, &key.namespace, None)?;
     let mut settings = s.registry.settings(&key).unwrap_or_default();
     if let Some(t) = body.protect_threshold {
         settings.protect_threshold = t;
@@ -304,11 +340,13 @@ fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry
 
 async fn list_instances(
     State(s): State<AppState>,
+    caller: Caller,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::View>, ApiError> {
     let key = q.service(&name)?;
+    caller.allow(Rule::Read, &key.namespace, None)?;
     let (revision, entries) = s.registry.entries(&key);
     if q.all && q.subscriber.is_some() {
         return Err(ApiError::invalid(
@@ -326,7 +364,8 @@ async fn list_instances(
             protection_triggered: protection,
         }
     } else if let Some(poller) = &q.subscriber {
-        s.registry.poll(&key, poller, peer.to_string())?
+        s.registry
+            .poll(&key, &poller_name(&caller, poller), peer.to_string())?
     } else {
         s.registry.view(&key)
     };
@@ -343,6 +382,7 @@ fn change(revision: u64, instance: Instance) -> Json<rest::InstanceChange> {
 
 async fn register(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
     ApiJson(body): ApiJson<rest::RegisterRequest>,
@@ -380,17 +420,28 @@ async fn register(
         }
         LivenessRequest::Probe(body.probe.map(rest::ProbeRequest::spec).unwrap_or_default())
     };
-    let (revision, instance) = s.registry.register(key, instance, liveness).await?;
+    caller.allow(
+        Rule::Register,
+        &key.namespace,
+        s.registry.owner(&key, &instance.key).as_deref(),
+    )?;
+    let owner = caller.owner().map(str::to_owned);
+    let (revision, instance) = s
+        .registry
+        .register_owned(key, instance, liveness, owner)
+        .await?;
     Ok(change(revision, instance))
 }
 
 async fn update(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
     ApiJson(body): ApiJson<rest::PatchRequest>,
 ) -> Result<Json<rest::InstanceChange>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let patch = Patch {
         weight: body.weight,
         metadata: body.metadata,
@@ -416,6 +467,7 @@ struct DeleteQuery {
 
 async fn deregister(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> Result<Json<rest::Revision>, ApiError> {
@@ -426,21 +478,47 @@ async fn deregister(
         ..Scope::default()
     };
     let (key, instance) = (scope.service(&name)?, scope.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let revision = s.registry.deregister(&key, &instance, q.force).await?;
     Ok(Json(rest::Revision { revision }))
 }
 
 async fn heartbeat(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::HeartbeatAnswer>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let ttl = s.registry.heartbeat(&key, &instance)?;
     Ok(Json(rest::HeartbeatAnswer {
         ttl_ms: ttl.as_millis() as u64,
         healthy: true,
     }))
+}
+
+/// Rule `instance` for a change to an existing instance: its owner, or `admin`.
+fn allow_instance(
+    registry: &Registry,
+    caller: &Caller,
+    key: &ServiceKey,
+    instance: &InstanceKey,
+) -> Result<(), ApiError> {
+    Ok(caller.allow(
+        Rule::Instance,
+        &key.namespace,
+        registry.owner(key, instance).as_deref(),
+    )?)
+}
+
+/// A poller's or watcher's name bound to its principal (`alice:NAME`): another principal
+/// polling with the same `subscriber=NAME` is another subscriber, and cannot ack for it.
+fn poller_name(caller: &Caller, name: &str) -> String {
+    match caller.owner() {
+        Some(p) if !name.is_empty() => format!("{p}:{name}"),
+        _ => name.to_owned(),
+    }
 }
 
 /// An optional JSON body: empty (or only whitespace) takes `T::default()`; otherwise it must
@@ -467,11 +545,13 @@ where
 
 async fn offline(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
     OptionalJson(body): OptionalJson<rest::OfflineRequest>,
 ) -> Result<Json<rest::InstanceChange>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let (revision, instance) = s
         .registry
         .set_enabled(&key, &instance, false, body.force)
@@ -481,11 +561,13 @@ async fn offline(
 
 async fn online(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
     OptionalJson(body): OptionalJson<rest::OnlineRequest>,
 ) -> Result<Response, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let timeout = drain_timeout(&s.registry, body.timeout_ms);
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {
@@ -504,11 +586,13 @@ fn drain_timeout(registry: &Registry, timeout_ms: Option<u64>) -> Duration {
 
 async fn drain(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
     OptionalJson(body): OptionalJson<rest::DrainRequest>,
 ) -> Result<Json<rest::DrainReport>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
+    allow_instance(&s.registry, &caller, &key, &instance)?;
     let timeout = drain_timeout(&s.registry, body.timeout_ms);
     let report = s
         .registry
@@ -519,10 +603,12 @@ async fn drain(
 
 async fn subscribers(
     State(s): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::Subscribers>, ApiError> {
     let key = q.service(&name)?;
+    caller.allow(Rule::Read, &key.namespace, None)?;
     Ok(Json(rest::Subscribers {
         revision: s.registry.view(&key).revision,
         subscribers: s
@@ -565,13 +651,15 @@ impl Drop for WatchGuard {
 
 async fn watch(
     State(s): State<AppState>,
+    caller: Caller,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let key = q.service(&name)?;
+    caller.allow(Rule::Read, &key.namespace, None)?;
     let info = SubscriberInfo {
-        client_name: q.subscriber.clone().unwrap_or_default(),
+        client_name: poller_name(&caller, q.subscriber.as_deref().unwrap_or_default()),
         ..SubscriberInfo::new(SubscriberKind::Watch, peer.to_string())
     };
     let (id, rx) = s.registry.subscribe(&key, info)?;

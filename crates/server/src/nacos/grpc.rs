@@ -32,6 +32,7 @@ use tonic::{Status, Streaming};
 
 use super::model::{json_string, preserved_timing, service_key};
 use super::{CLIENT_NAME_PREFIX, Nacos};
+use crate::auth::{Caller, Credentials, Rule};
 use crate::engine::{Liveness, LivenessRequest, RegistryError, SubscriberInfo, SubscriberKind};
 use crate::error::ApiError;
 
@@ -48,6 +49,8 @@ pub const UN_REGISTER: i32 = 301;
 pub const NO_HANDLER: i32 = 302;
 /// Nacos error code: invalid parameter.
 pub const INVALID_PARAM: i32 = 400;
+/// Nacos's error code for a missing, invalid or insufficient `accessToken`.
+pub const NO_RIGHT: i32 = 403;
 /// Nacos error code: the payload could not be parsed.
 pub const BAD_GATEWAY: i32 = 502;
 
@@ -161,11 +164,24 @@ impl From<ApiError> for Refusal {
             | ApiError::HeadersTooLarge { .. } => INVALID_PARAM,
             ApiError::NotFound { .. } => 404,
             ApiError::PayloadTooLarge { .. } => INVALID_PARAM,
-            ApiError::WarmingUp | ApiError::Overloaded { .. } => INVALID_SERVER_STATUS,
+            ApiError::WarmingUp | ApiError::Overloaded { .. } | ApiError::RequestTimeout { .. } => {
+                INVALID_SERVER_STATUS
+            }
             ApiError::Store(_) => 500,
+            // Nacos's answer to a missing or refused accessToken.
+            ApiError::Unauthenticated { .. }
+            | ApiError::Forbidden { .. }
+            | ApiError::UnsupportedMediaType { .. } => NO_RIGHT,
         };
         Self::new(code, e.to_string())
     }
+}
+
+/// Rule `read` on `namespace`.
+fn allow_read(caller: &Caller, namespace: &str) -> Result<(), Refusal> {
+    Ok(caller
+        .allow(Rule::Read, namespace, None)
+        .map_err(ApiError::from)?)
 }
 
 /// A payload of `ty` with `body` as JSON.
@@ -479,7 +495,14 @@ impl Nacos {
                         );
                     }
                 };
-                match self.naming(&ty, request, &conn, &session, peer).await {
+                let caller = match self.caller_of(&p).await {
+                    Ok(c) => c,
+                    Err(r) => return error(&rid, r),
+                };
+                match self
+                    .naming(&ty, request, &caller, &conn, &session, peer)
+                    .await
+                {
                     Ok((reply_ty, extra)) => ok(reply_ty, &rid, extra),
                     Err(r) => error(&rid, r),
                 }
@@ -497,10 +520,30 @@ impl Nacos {
         }
     }
 
+    /// The caller of one request: its `accessToken` header (what the Nacos SDKs send on every
+    /// request once logged in). Errors: an `accessToken` that is not valid.
+    async fn caller_of(&self, p: &pb::Payload) -> Result<Caller, Refusal> {
+        let token = p
+            .metadata
+            .as_ref()
+            .and_then(|m| m.headers.get("accessToken"))
+            .filter(|t| !t.is_empty())
+            .cloned();
+        Ok(self
+            .registry()
+            .config()
+            .security
+            .authority
+            .authenticate(token.map(Credentials::Token))
+            .await
+            .map_err(ApiError::from)?)
+    }
+
     async fn naming(
         &self,
         ty: &str,
         r: NamingRequest,
+        caller: &Caller,
         conn: &Arc<Conn>,
         session: &str,
         peer: SocketAddr,
@@ -512,6 +555,7 @@ impl Nacos {
                 match kind.as_str() {
                     "registerInstance" => {
                         self.register(
+                            caller,
                             service,
                             instance,
                             disabled,
@@ -560,6 +604,7 @@ impl Nacos {
                 }
                 for (instance, disabled) in wanted {
                     self.register(
+                        caller,
                         service.clone(),
                         instance,
                         disabled,
@@ -574,6 +619,7 @@ impl Nacos {
                 match kind.as_str() {
                     "registerInstance" => {
                         self.register(
+                            caller,
                             service,
                             instance,
                             disabled,
@@ -582,6 +628,10 @@ impl Nacos {
                         .await?;
                     }
                     "deregisterInstance" => {
+                        let owner = registry.owner(&service, &instance.key);
+                        caller
+                            .allow(Rule::Instance, &service.namespace, owner.as_deref())
+                            .map_err(ApiError::from)?;
                         match registry.deregister(&service, &instance.key, false).await {
                             Ok(_) | Err(RegistryError::UnknownInstance { .. }) => {}
                             Err(e) => return Err(e.into()),
@@ -598,6 +648,7 @@ impl Nacos {
             }
             "ServiceQueryRequest" => {
                 let service = r.service()?;
+                allow_read(caller, &service.namespace)?;
                 // A restarted registry's view is partial until its clients re-registered: a
                 // pull is refused meanwhile, as native pulls are (the SDK keeps its cache).
                 if registry.warming_up() {
@@ -610,6 +661,7 @@ impl Nacos {
             }
             "SubscribeServiceRequest" => {
                 let service = r.service()?;
+                allow_read(caller, &service.namespace)?;
                 let clusters = r.clusters.clone().unwrap_or_default();
                 if r.subscribe.unwrap_or(true) {
                     self.subscribe(conn, session, &service, &clusters, peer)?;
@@ -635,6 +687,10 @@ impl Nacos {
             "ServiceListRequest" => {
                 let namespace = r.namespace.as_deref().filter(|n| !n.is_empty());
                 let group = r.group_name.as_deref().filter(|g| !g.is_empty());
+                allow_read(
+                    caller,
+                    namespace.unwrap_or(gangway_core::model::DEFAULT_NAMESPACE),
+                )?;
                 let (count, names) = super::http::service_page(
                     self,
                     namespace.unwrap_or(gangway_core::model::DEFAULT_NAMESPACE),
@@ -653,16 +709,26 @@ impl Nacos {
 
     async fn register(
         &self,
+        caller: &Caller,
         service: ServiceKey,
         instance: Instance,
         disabled: bool,
         liveness: LivenessRequest,
     ) -> Result<(), Refusal> {
+        let owner = self.registry().owner(&service, &instance.key);
+        caller
+            .allow(Rule::Register, &service.namespace, owner.as_deref())
+            .map_err(ApiError::from)?;
         // Disabled from its first revision, with its offline mark: never published enabled.
         let mut instance = instance;
         instance.enabled = !disabled;
         self.registry()
-            .register(service, instance, liveness)
+            .register_owned(
+                service,
+                instance,
+                liveness,
+                caller.owner().map(str::to_owned),
+            )
             .await?;
         Ok(())
     }

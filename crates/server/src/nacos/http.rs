@@ -25,8 +25,10 @@ use super::model::{
     service_key,
 };
 use super::{CLIENT_NAME_PREFIX, Nacos};
+use crate::auth::{Caller, Rule};
 use crate::engine::{LivenessRequest, Patch, RegistryError, SubscriberInfo, SubscriberKind};
 use crate::error::ApiError;
+use crate::serve::BodyTimeout;
 
 /// A v1 poller that missed this many polls (of `cacheMillis` each) is forgotten: 30 s.
 pub const POLLER_EXPIRY_POLLS: u64 = 3;
@@ -71,6 +73,9 @@ pub fn router(nacos: Nacos) -> Router {
                 .delete(v3_deregister),
         )
         .route("/nacos/v3/admin/ns/instance/list", get(v3_admin_list))
+        .route("/nacos/v1/auth/login", axum::routing::post(login))
+        .route("/nacos/v1/auth/users/login", axum::routing::post(login))
+        .route("/nacos/v3/auth/user/login", axum::routing::post(login))
         .route("/nacos/{*rest}", any(unsupported))
         .with_state(nacos)
 }
@@ -148,9 +153,18 @@ impl From<ApiError> for NacosError {
                 code: 30000,
                 message,
             },
+            // Nacos answers 403 to both; gangway keeps 401 for missing or bad credentials.
+            ApiError::Unauthenticated { .. }
+            | ApiError::Forbidden { .. }
+            | ApiError::UnsupportedMediaType { .. } => Self {
+                status: e.status(),
+                code: 403,
+                message,
+            },
             // Only the serving layer raises these, before any route runs.
             ApiError::UriTooLong { .. }
             | ApiError::HeadersTooLarge { .. }
+            | ApiError::RequestTimeout { .. }
             | ApiError::Overloaded { .. } => Self {
                 status: e.status(),
                 code: 30000,
@@ -212,6 +226,7 @@ impl<S: Send + Sync> FromRequest<S> for Params {
             let body = Bytes::from_request(req, state)
                 .await
                 .map_err(|e| match e.status() {
+                    _ if BodyTimeout::find(&e).is_some() => NacosError::from(ApiError::from(e)),
                     StatusCode::PAYLOAD_TOO_LARGE => NacosError {
                         status: StatusCode::PAYLOAD_TOO_LARGE,
                         code: 10001,
@@ -405,7 +420,15 @@ fn registration(p: &Params) -> Result<Registration, NacosError> {
 /// Registers a parsed registration: ephemeral ones on a lease (TTL and delete timeout from
 /// the `preserved.*` metadata, checked by [`preserved_timing`], else the server's), persistent
 /// ones with the default TCP probe.
-async fn register_parsed(nacos: &Nacos, r: Registration) -> Result<(), NacosError> {
+async fn register_parsed(
+    nacos: &Nacos,
+    caller: &Caller,
+    r: Registration,
+) -> Result<(), NacosError> {
+    let owner = nacos.registry().owner(&r.service, &r.instance.key);
+    caller
+        .allow(Rule::Register, &r.service.namespace, owner.as_deref())
+        .map_err(ApiError::from)?;
     let timing = preserved_timing(&r.instance.metadata).map_err(NacosError::invalid)?;
     let liveness = if r.ephemeral {
         LivenessRequest::Lease {
@@ -420,20 +443,34 @@ async fn register_parsed(nacos: &Nacos, r: Registration) -> Result<(), NacosErro
     instance.enabled = r.enabled;
     nacos
         .registry()
-        .register(r.service, instance, liveness)
+        .register_owned(
+            r.service,
+            instance,
+            liveness,
+            caller.owner().map(str::to_owned),
+        )
         .await?;
     Ok(())
 }
 
-async fn v1_register(State(nacos): State<Nacos>, p: Params) -> Result<&'static str, NacosError> {
+async fn v1_register(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<&'static str, NacosError> {
     let r = registration(&p)?;
-    register_parsed(&nacos, r).await?;
+    register_parsed(&nacos, &caller, r).await?;
     Ok("ok")
 }
 
-async fn v1_deregister(State(nacos): State<Nacos>, p: Params) -> Result<&'static str, NacosError> {
+async fn v1_deregister(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<&'static str, NacosError> {
     let service = p.service()?;
     let key = p.instance_key()?;
+    allow_instance(&nacos, &caller, &service, &key)?;
     p.bool("ephemeral")?;
     match nacos.registry().deregister(&service, &key, false).await {
         // Nacos answers ok for an unknown instance too.
@@ -452,9 +489,14 @@ fn patch(p: &Params) -> Result<Patch, NacosError> {
     })
 }
 
-async fn v1_modify(State(nacos): State<Nacos>, p: Params) -> Result<&'static str, NacosError> {
+async fn v1_modify(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<&'static str, NacosError> {
     let service = p.service()?;
     let key = p.instance_key()?;
+    allow_instance(&nacos, &caller, &service, &key)?;
     let patch = patch(&p)?;
     p.bool("ephemeral")?;
     p.bool("healthy")?;
@@ -494,7 +536,12 @@ fn detail_json(nacos: &Nacos, p: &Params) -> Result<Value, NacosError> {
     }))
 }
 
-async fn v1_detail(State(nacos): State<Nacos>, p: Params) -> Result<Response, NacosError> {
+async fn v1_detail(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<Response, NacosError> {
+    allow_read(&caller, &p.service()?)?;
     Ok(axum::Json(detail_json(&nacos, &p)?).into_response())
 }
 
@@ -506,7 +553,11 @@ struct BeatReply {
     light_beat_enabled: bool,
 }
 
-async fn v1_beat(State(nacos): State<Nacos>, p: Params) -> Result<Response, NacosError> {
+async fn v1_beat(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<Response, NacosError> {
     let beat: Option<serde_json::Map<String, Value>> = match p.get("beat") {
         None => None,
         Some(raw) => match serde_json::from_str::<Value>(raw) {
@@ -541,6 +592,12 @@ async fn v1_beat(State(nacos): State<Nacos>, p: Params) -> Result<Response, Naco
         .unwrap_or_else(|| DEFAULT_CLUSTER.to_owned());
     let key = InstanceKey::new(&ip, parse_port(&port)?, &cluster);
     validate::instance_key(&key).map_err(NacosError::invalid)?;
+    // A beat for an unknown instance re-registers it (rule `register`, checked there).
+    if nacos.registry().instance(&service, &key).is_ok() {
+        allow_instance(&nacos, &caller, &service, &key)?;
+    } else if beat.is_none() {
+        allow_read(&caller, &service)?;
+    }
     let registry = nacos.registry();
     let reply = |code: u32, ttl_ms: u64| {
         axum::Json(BeatReply {
@@ -580,7 +637,7 @@ async fn v1_beat(State(nacos): State<Nacos>, p: Params) -> Result<Response, Naco
                 ephemeral,
                 enabled: true,
             };
-            register_parsed(&nacos, r).await?;
+            register_parsed(&nacos, &caller, r).await?;
             tracing::info!(instance = %key, "nacos v1 beat re-registered an unknown instance");
             Ok(reply(BEAT_OK, default_ttl))
         }
@@ -631,10 +688,12 @@ fn fnv1a(s: &str) -> u64 {
 
 async fn v1_list(
     State(nacos): State<Nacos>,
+    caller: Caller,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     p: Params,
 ) -> Result<Response, NacosError> {
     let service = p.service()?;
+    allow_read(&caller, &service)?;
     let healthy_only = p.bool("healthyOnly")?.unwrap_or(false);
     let clusters = p.get("clusters").unwrap_or("").to_owned();
     // Poll first: the revision acked is then never newer than the content returned.
@@ -659,9 +718,13 @@ fn threshold(p: &Params) -> Result<Option<f64>, NacosError> {
 
 async fn v1_service_create(
     State(nacos): State<Nacos>,
+    caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
     let key = p.service()?;
+    caller
+        .allow(Rule::Service, &key.namespace, None)
+        .map_err(ApiError::from)?;
     let protect_threshold = threshold(&p)?.unwrap_or(0.0);
     let metadata = p.metadata()?.unwrap_or_default();
     if service_exists(&nacos, &key).is_some() {
@@ -680,9 +743,13 @@ async fn v1_service_create(
 
 async fn v1_service_update(
     State(nacos): State<Nacos>,
+    caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
     let key = p.service()?;
+    caller
+        .allow(Rule::Service, &key.namespace, None)
+        .map_err(ApiError::from)?;
     let protect_threshold = threshold(&p)?;
     let metadata = p.metadata()?;
     let Some(summary) = service_exists(&nacos, &key) else {
@@ -704,9 +771,13 @@ async fn v1_service_update(
 
 async fn v1_service_delete(
     State(nacos): State<Nacos>,
+    caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
     let key = p.service()?;
+    caller
+        .allow(Rule::Service, &key.namespace, None)
+        .map_err(ApiError::from)?;
     let Some(summary) = service_exists(&nacos, &key) else {
         return Err(NacosError::bad(format!(
             "service {} not found",
@@ -723,8 +794,13 @@ async fn v1_service_delete(
     Ok("ok")
 }
 
-async fn v1_service_get(State(nacos): State<Nacos>, p: Params) -> Result<Response, NacosError> {
+async fn v1_service_get(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<Response, NacosError> {
     let key = p.service()?;
+    allow_read(&caller, &key)?;
     let Some(summary) = service_exists(&nacos, &key) else {
         return Err(NacosError::not_found(format!(
             "service {} not found",
@@ -754,7 +830,11 @@ async fn v1_service_get(State(nacos): State<Nacos>, p: Params) -> Result<Respons
     .into_response())
 }
 
-async fn v1_service_list(State(nacos): State<Nacos>, p: Params) -> Result<Response, NacosError> {
+async fn v1_service_list(
+    State(nacos): State<Nacos>,
+    caller: Caller,
+    p: Params,
+) -> Result<Response, NacosError> {
     let page_no = p
         .u64("pageNo")?
         .ok_or_else(|| NacosError::missing("pageNo"))?;
@@ -762,6 +842,9 @@ async fn v1_service_list(State(nacos): State<Nacos>, p: Params) -> Result<Respon
         .u64("pageSize")?
         .ok_or_else(|| NacosError::missing("pageSize"))?;
     let namespace = p.get("namespaceId").unwrap_or(DEFAULT_NAMESPACE);
+    caller
+        .allow(Rule::Read, namespace, None)
+        .map_err(ApiError::from)?;
     let group = p
         .get("groupName")
         .unwrap_or(gangway_core::model::DEFAULT_GROUP);
@@ -793,7 +876,10 @@ pub fn service_page(
     (names.len(), page)
 }
 
-async fn v1_metrics(State(nacos): State<Nacos>) -> Response {
+async fn v1_metrics(State(nacos): State<Nacos>, caller: Caller) -> Response {
+    if let Err(e) = caller.allow(Rule::Read, DEFAULT_NAMESPACE, None) {
+        return NacosError::from(ApiError::from(e)).into_response();
+    }
     let services = nacos.registry().services(None, None);
     let instances: usize = services.iter().map(|s| s.instances).sum();
     let subscribers: usize = services.iter().map(|s| s.subscribers).sum();
@@ -815,11 +901,12 @@ async fn v1_readiness(State(nacos): State<Nacos>) -> Response {
     }
 }
 
-async fn v3_client_register(State(nacos): State<Nacos>, p: Params) -> V3 {
+async fn v3_client_register(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
     V3(async {
         if p.bool("heartBeat")?.unwrap_or(false) {
             let service = p.service()?;
             let key = p.instance_key()?;
+            allow_instance(&nacos, &caller, &service, &key)?;
             return match nacos.registry().heartbeat(&service, &key) {
                 Ok(_) | Err(RegistryError::NotLeaseKept { .. }) => Ok(json!("ok")),
                 Err(RegistryError::UnknownInstance { .. }) => Err(NacosError {
@@ -830,24 +917,25 @@ async fn v3_client_register(State(nacos): State<Nacos>, p: Params) -> V3 {
                 Err(e) => Err(e.into()),
             };
         }
-        register_parsed(&nacos, registration(&p)?).await?;
+        register_parsed(&nacos, &caller, registration(&p)?).await?;
         Ok(json!("ok"))
     }
     .await)
 }
 
-async fn v3_register(State(nacos): State<Nacos>, p: Params) -> V3 {
+async fn v3_register(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
     V3(async {
-        register_parsed(&nacos, registration(&p)?).await?;
+        register_parsed(&nacos, &caller, registration(&p)?).await?;
         Ok(json!("ok"))
     }
     .await)
 }
 
-async fn v3_deregister(State(nacos): State<Nacos>, p: Params) -> V3 {
+async fn v3_deregister(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
     V3(async {
         let service = p.service()?;
         let key = p.instance_key()?;
+        allow_instance(&nacos, &caller, &service, &key)?;
         match nacos.registry().deregister(&service, &key, false).await {
             Ok(_) => Ok(json!("ok")),
             Err(RegistryError::UnknownInstance { .. }) => Err(NacosError {
@@ -861,10 +949,11 @@ async fn v3_deregister(State(nacos): State<Nacos>, p: Params) -> V3 {
     .await)
 }
 
-async fn v3_modify(State(nacos): State<Nacos>, p: Params) -> V3 {
+async fn v3_modify(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
     V3(async {
         let service = p.service()?;
         let key = p.instance_key()?;
+        allow_instance(&nacos, &caller, &service, &key)?;
         let patch = patch(&p)?;
         nacos.registry().update(&service, &key, patch).await?;
         Ok(json!("ok"))
@@ -872,12 +961,14 @@ async fn v3_modify(State(nacos): State<Nacos>, p: Params) -> V3 {
     .await)
 }
 
-async fn v3_detail(State(nacos): State<Nacos>, p: Params) -> V3 {
-    V3(detail_json(&nacos, &p))
+async fn v3_detail(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
+    V3(p.service()
+        .and_then(|s| allow_read(&caller, &s))
+        .and_then(|()| detail_json(&nacos, &p)))
 }
 
 /// v3 client list: the instance array with the protect threshold applied.
-async fn v3_client_list(State(nacos): State<Nacos>, p: Params) -> V3 {
+async fn v3_client_list(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
     V3((|| {
         let service = p.service()?;
         let clusters = p
@@ -885,13 +976,14 @@ async fn v3_client_list(State(nacos): State<Nacos>, p: Params) -> V3 {
             .or_else(|| p.get("clusters"))
             .unwrap_or("");
         let healthy_only = p.bool("healthyOnly")?.unwrap_or(false);
+        allow_read(&caller, &service)?;
         let (_, info) = nacos.service_info(&service, clusters, healthy_only, true);
         Ok(serde_json::to_value(info.hosts).unwrap_or(Value::Null))
     })())
 }
 
 /// v3 admin list: every instance (disabled ones too), real health flags, no threshold.
-async fn v3_admin_list(State(nacos): State<Nacos>, p: Params) -> V3 {
+async fn v3_admin_list(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
     V3((|| {
         let service = p.service()?;
         let healthy_only = p.bool("healthyOnly")?.unwrap_or(false);
@@ -899,6 +991,7 @@ async fn v3_admin_list(State(nacos): State<Nacos>, p: Params) -> V3 {
             .get("clusterName")
             .or_else(|| p.get("clusters"))
             .unwrap_or("");
+        allow_read(&caller, &service)?;
         let wanted = super::model::cluster_list(clusters);
         let (_, entries) = nacos.registry().entries(&service);
         let hosts: Vec<_> = entries
@@ -909,6 +1002,53 @@ async fn v3_admin_list(State(nacos): State<Nacos>, p: Params) -> V3 {
             .collect();
         Ok(serde_json::to_value(hosts).unwrap_or(Value::Null))
     })())
+}
+
+/// Rule `read` on the service's namespace.
+fn allow_read(caller: &Caller, service: &ServiceKey) -> Result<(), NacosError> {
+    Ok(caller
+        .allow(Rule::Read, &service.namespace, None)
+        .map_err(ApiError::from)?)
+}
+
+/// Rule `instance`: the instance's owner, or `admin`.
+fn allow_instance(
+    nacos: &Nacos,
+    caller: &Caller,
+    service: &ServiceKey,
+    key: &InstanceKey,
+) -> Result<(), NacosError> {
+    let owner = nacos.registry().owner(service, key);
+    Ok(caller
+        .allow(Rule::Instance, &service.namespace, owner.as_deref())
+        .map_err(ApiError::from)?)
+}
+
+/// `POST /nacos/v1/auth/login` (and `/v1/auth/users/login`, `/v3/auth/user/login`): form
+/// `username` and `password`; answers `{accessToken, tokenTtl, globalAdmin, username}` as
+/// Nacos does. The token is a login session ([`crate::auth::LOGIN_TTL`]) carried as
+/// `accessToken` on v1 requests and in gRPC request headers. Wrong name or password: 403
+/// `unknown user!`, Nacos's answer. With auth off every login succeeds with an empty token.
+async fn login(State(nacos): State<Nacos>, p: Params) -> Response {
+    let authority = nacos.registry().config().security.authority.clone();
+    let ttl = crate::auth::LOGIN_TTL.as_secs();
+    if !authority.is_on() {
+        return axum::Json(json!({"accessToken": "", "tokenTtl": ttl, "globalAdmin": true}))
+            .into_response();
+    }
+    let (Some(user), Some(password)) = (p.get("username"), p.get("password")) else {
+        return NacosError::missing("username").into_response();
+    };
+    match authority.login(user, password).await {
+        Ok((token, principal)) => axum::Json(json!({
+            "accessToken": token,
+            "tokenTtl": ttl,
+            "globalAdmin": principal.global_admin(),
+            "username": principal.name,
+        }))
+        .into_response(),
+        Err(_) => (StatusCode::FORBIDDEN, "unknown user!").into_response(),
+    }
 }
 
 /// Everything else under `/nacos/`: the config center, auth, v2 HTTP and the rest.

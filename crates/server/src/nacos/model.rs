@@ -334,6 +334,7 @@ mod tests {
         Entry {
             instance,
             liveness: Liveness::Session("s1".into()),
+            owner: None,
         }
     }
 

@@ -64,6 +64,7 @@ pub struct Builder {
     user_agent: String,
     connect_timeout: Duration,
     call_timeout: Duration,
+    token: Option<String>,
     http: Option<reqwest::Client>,
 }
 
@@ -126,6 +127,7 @@ impl RestClient {
             user_agent: concat!("gangway/", env!("CARGO_PKG_VERSION")).to_owned(),
             connect_timeout: CONNECT_TIMEOUT,
             call_timeout: CALL_TIMEOUT,
+            token: None,
             http: None,
         }
     }
@@ -286,7 +288,8 @@ impl RestClient {
         self.send(req, self.call_timeout).await
     }
 
-    /// `POST .../instances/{addr}/online`, without a body.
+    /// `POST .../instances/{addr}/online` with the body `{}` (a POST is JSON:
+    /// docs/security.md refuses form and text POSTs).
     ///
     /// # Errors
     /// As [`health`](Self::health); `not_found`.
@@ -294,7 +297,8 @@ impl RestClient {
         let req = self
             .http
             .post(self.instance_url(inst, "/online"))
-            .query(&inst.query());
+            .query(&inst.query())
+            .json(&serde_json::json!({}));
         self.send(req, self.call_timeout).await
     }
 
@@ -475,6 +479,15 @@ impl Builder {
         self
     }
 
+    /// Sends `Authorization: Bearer <token>` on every request when `token` is given (a
+    /// registry with `--auth`); default none. The header is marked sensitive (kept out of
+    /// debug output). With [`http`](Self::http) the caller's client sends its own headers
+    /// and this does not apply.
+    pub fn token(mut self, token: Option<&str>) -> Self {
+        self.token = token.map(str::to_owned);
+        self
+    }
+
     /// Sends through `http` (its pool, its connect timeout and user agent) instead of a client
     /// of its own: [`user_agent`](Self::user_agent) and
     /// [`connect_timeout`](Self::connect_timeout) no longer apply.
@@ -486,11 +499,23 @@ impl Builder {
     /// The client.
     ///
     /// # Errors
-    /// [`RestError::Transport`] when the HTTP client cannot be set up.
+    /// [`RestError::Transport`] when the HTTP client cannot be set up, or the token is not
+    /// printable ASCII.
     pub fn build(self) -> Result<RestClient, RestError> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = &self.token {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| RestError::Transport {
+                    server: self.server.clone(),
+                    reason: "--token: not printable ASCII".to_owned(),
+                })?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let http = match self.http {
             Some(http) => http,
             None => reqwest::Client::builder()
+                .default_headers(headers)
                 .connect_timeout(self.connect_timeout)
                 .user_agent(self.user_agent)
                 .build()

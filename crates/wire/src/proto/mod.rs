@@ -186,6 +186,7 @@ pub fn rejection(reply: &pb::Reply) -> Option<ErrorDetail> {
         code: ErrorCode::parse(&reply.error_code),
         message: reply.error_message.clone(),
         field: (!reply.error_field.is_empty()).then(|| reply.error_field.clone()),
+        rule: None,
     })
 }
 

@@ -27,6 +27,10 @@ pub struct Health {
     /// registries, read as false.
     #[serde(default)]
     pub loading: bool,
+    /// `on` when the registry checks credentials (`--auth`), `off` when it does not (then it
+    /// listens on loopback only); empty from older registries.
+    #[serde(default)]
+    pub auth: String,
 }
 
 /// One service: `GET /v1/services/{service}`, each entry of [`ServiceList`], the answer of

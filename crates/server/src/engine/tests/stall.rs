@@ -201,3 +201,39 @@ async fn a_short_scheduling_delay_is_not_a_stall() {
         "a session that ends normally takes its instances at once"
     );
 }
+
+/// A drain applied during the recovery, then the drained process's session ends (it gave up
+/// on the frozen registry) and its instance waits in grace: a new process on the same address
+/// (another client id) takes it over online, as after any leave; the old process reconnecting
+/// (same client id) finds it still drained.
+#[tokio::test(start_paused = true)]
+async fn a_new_process_taking_over_a_drained_grace_instance_serves() {
+    let r = stalling_registry();
+    let keep = r.open_session("127.0.0.1:9".into(), "keep".into(), "keep-1".into());
+    r.register(svc(), inst(9), LivenessRequest::Session(keep.clone()))
+        .await
+        .unwrap();
+    for (old_id, new_id, serves) in [("old-1", "new-1", true), ("old-2", "old-2", false)] {
+        let old = r.open_session("127.0.0.1:1".into(), "app".into(), old_id.into());
+        r.register(svc(), inst(1), LivenessRequest::Session(old.clone()))
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        r.drain(&svc(), &inst(1).key, Duration::from_millis(10), false)
+            .await
+            .unwrap();
+        r.close_session(&old);
+        let (_, entries) = r.entries(&svc());
+        let one = entries.iter().find(|e| e.instance.key == inst(1).key).unwrap();
+        assert!(matches!(one.liveness, Liveness::Grace { .. }), "{:?}", one.liveness);
+        let new = r.open_session("127.0.0.1:2".into(), "app".into(), new_id.into());
+        r.register(svc(), inst(1), LivenessRequest::Session(new.clone()))
+            .await
+            .unwrap();
+        let enabled = r.instance(&svc(), &inst(1).key).unwrap().enabled;
+        assert_eq!(enabled, serves, "client {new_id} after {old_id}");
+        r.close_session(&new);
+        // Let the recovery end so that the next round's stall is a new one.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+    }
+}

@@ -1,0 +1,287 @@
+//! The authority: the loaded `--auth` file, login sessions, and credentials to [`Caller`].
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use subtle::ConstantTimeEq;
+use tokio::time::Instant;
+
+use super::file::{self, AuthFile, AuthFileError, TOKEN_PREFIX, TokenRecord, UserRecord};
+use super::{AuthError, Caller, Principal};
+
+/// Lifetime of a login session (`accessToken` of `/nacos/v1/auth/login`): 5 hours, Nacos's
+/// default `tokenTtl`.
+pub const LOGIN_TTL: Duration = Duration::from_secs(18_000);
+
+/// Prefix of a login session's token.
+const LOGIN_PREFIX: &str = "gws_";
+
+/// Most login sessions held at once; the oldest go first beyond it.
+const MAX_LOGINS: usize = 10_000;
+
+/// Most cached password verifications (argon2 is slow on purpose); the cache is emptied when
+/// full and on every reload.
+const MAX_VERIFIED: usize = 1_024;
+
+/// Credentials as a request carried them.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// `Authorization: Bearer`, gRPC `authorization`, Nacos `accessToken`: an API token or a
+    /// login session's token.
+    Token(String),
+    /// `Authorization: Basic`.
+    Password {
+        /// User name.
+        user: String,
+        /// Password.
+        password: String,
+    },
+}
+
+impl std::fmt::Debug for Credentials {
+    // Secrets never reach a log, not even through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::Token(_) => f.write_str("Token(<redacted>)"),
+            Credentials::Password { user, .. } => write!(f, "Password({user}, <redacted>)"),
+        }
+    }
+}
+
+/// Turns credentials into a [`Caller`]. Cheap to clone. [`Authority::off`] (no `--auth`)
+/// answers [`Caller::Open`] to everything.
+#[derive(Clone, Default)]
+pub struct Authority {
+    shared: Option<Arc<Shared>>,
+}
+
+struct Shared {
+    path: Option<PathBuf>,
+    db: RwLock<Arc<Db>>,
+    logins: Mutex<HashMap<[u8; 32], Login>>,
+    verified: Mutex<HashSet<[u8; 32]>>,
+}
+
+#[derive(Default)]
+struct Db {
+    users: HashMap<String, UserRecord>,
+    tokens: HashMap<String, TokenRecord>,
+}
+
+struct Login {
+    user: String,
+    expires: Instant,
+}
+
+impl From<AuthFile> for Db {
+    fn from(f: AuthFile) -> Self {
+        Db {
+            users: f.users.into_iter().map(|u| (u.name.clone(), u)).collect(),
+            tokens: f.tokens.into_iter().map(|t| (t.id.clone(), t)).collect(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Authority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_on() {
+            "Authority(on)"
+        } else {
+            "Authority(off)"
+        })
+    }
+}
+
+impl Authority {
+    /// No authentication: every request is [`Caller::Open`].
+    pub fn off() -> Self {
+        Self::default()
+    }
+
+    /// Loads the `--auth` file. Errors: unreadable or malformed.
+    pub fn load(path: &Path) -> Result<Self, AuthFileError> {
+        let f = AuthFile::load(path)?;
+        Ok(Self::build(Some(path.to_owned()), f))
+    }
+
+    /// From a file's contents (tests, embedding); [`Authority::reload`] then keeps them.
+    pub fn from_file(f: AuthFile) -> Self {
+        Self::build(None, f)
+    }
+
+    fn build(path: Option<PathBuf>, f: AuthFile) -> Self {
+        Self {
+            shared: Some(Arc::new(Shared {
+                path,
+                db: RwLock::new(Arc::new(f.into())),
+                logins: Mutex::new(HashMap::new()),
+                verified: Mutex::new(HashSet::new()),
+            })),
+        }
+    }
+
+    /// Whether authentication is on.
+    pub fn is_on(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Reads the file again (SIGHUP). Removed users and tokens stop working at once, login
+    /// sessions of removed users too; on an error the old contents stay in force.
+    /// Returns the number of users and tokens loaded.
+    pub fn reload(&self) -> Result<(usize, usize), AuthFileError> {
+        let Some(s) = &self.shared else {
+            return Ok((0, 0));
+        };
+        let Some(path) = &s.path else {
+            let db = s.db.read().unwrap_or_else(|p| p.into_inner());
+            return Ok((db.users.len(), db.tokens.len()));
+        };
+        let db: Db = AuthFile::load(path)?.into();
+        let counts = (db.users.len(), db.tokens.len());
+        *s.db.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(db);
+        s.verified.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        Ok(counts)
+    }
+
+    fn db(s: &Shared) -> Arc<Db> {
+        s.db.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The caller for these credentials. Password checks (argon2) run on a blocking thread.
+    ///
+    /// Errors: 401 when credentials are present but not valid (unknown or wrong token, wrong
+    /// password, expired login); `None` is [`Caller::Anonymous`], which only the route's rule
+    /// may refuse.
+    pub async fn authenticate(
+        &self,
+        credentials: Option<Credentials>,
+    ) -> Result<Caller, AuthError> {
+        let Some(s) = &self.shared else {
+            return Ok(Caller::Open);
+        };
+        let Some(credentials) = credentials else {
+            return Ok(Caller::Anonymous);
+        };
+        let principal = match credentials {
+            Credentials::Token(token) => self.token(s, &token)?,
+            Credentials::Password { user, password } => self.password(&user, &password).await?,
+        };
+        Ok(Caller::Principal(Arc::new(principal)))
+    }
+
+    /// Logs a user in: a new login session's token, valid for [`LOGIN_TTL`], and the principal.
+    /// Errors: 401 for an unknown user or a wrong password (the same answer for both).
+    pub async fn login(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<(String, Principal), AuthError> {
+        let Some(s) = &self.shared else {
+            return Err(AuthError::Unauthenticated("authentication is off".into()));
+        };
+        let principal = self.password(user, password).await?;
+        let token = format!(
+            "{LOGIN_PREFIX}{}",
+            file::base64_url(&file::random_bytes::<32>())
+        );
+        let now = Instant::now();
+        let mut logins = s.logins.lock().unwrap_or_else(|p| p.into_inner());
+        logins.retain(|_, l| l.expires > now);
+        // No let-chains: the workspace's rust-version is 1.85.
+        let oldest = (logins.len() >= MAX_LOGINS)
+            .then(|| {
+                logins
+                    .iter()
+                    .min_by_key(|(_, l)| l.expires)
+                    .map(|(k, _)| *k)
+            })
+            .flatten();
+        if let Some(oldest) = oldest {
+            logins.remove(&oldest);
+        }
+        logins.insert(
+            file::sha256(token.as_bytes()),
+            Login {
+                user: user.to_owned(),
+                expires: now + LOGIN_TTL,
+            },
+        );
+        Ok((token, principal))
+    }
+
+    fn token(&self, s: &Shared, token: &str) -> Result<Principal, AuthError> {
+        let bad = || AuthError::Unauthenticated("invalid or expired token".into());
+        let db = Self::db(s);
+        if token.starts_with(LOGIN_PREFIX) {
+            let logins = s.logins.lock().unwrap_or_else(|p| p.into_inner());
+            let login = logins
+                .get(&file::sha256(token.as_bytes()))
+                .filter(|l| l.expires > Instant::now())
+                .ok_or_else(bad)?;
+            // The user's current grants: a removed user's sessions end with the reload.
+            let user = db.users.get(&login.user).ok_or_else(bad)?;
+            return Ok(Principal {
+                name: user.name.clone(),
+                grants: user.grants.clone(),
+            });
+        }
+        let rest = token.strip_prefix(TOKEN_PREFIX).ok_or_else(bad)?;
+        let (id, _) = rest.split_once('_').ok_or_else(bad)?;
+        let record = db.tokens.get(id).ok_or_else(bad)?;
+        let want = record.sha256.as_bytes();
+        let got = file::hex(&file::sha256(token.as_bytes()));
+        if !bool::from(want.ct_eq(got.as_bytes())) {
+            return Err(bad());
+        }
+        Ok(Principal {
+            name: format!("token:{}", record.id),
+            grants: record.grants.clone(),
+        })
+    }
+
+    async fn password(&self, user: &str, password: &str) -> Result<Principal, AuthError> {
+        let bad = || AuthError::Unauthenticated("invalid user name or password".into());
+        let Some(s) = &self.shared else {
+            return Err(bad());
+        };
+        let db = Self::db(s);
+        // An unknown user costs a hash too, so the answer's timing does not tell names apart.
+        let (hash, principal) = match db.users.get(user) {
+            Some(u) => (
+                u.password_hash.clone(),
+                Some(Principal {
+                    name: u.name.clone(),
+                    grants: u.grants.clone(),
+                }),
+            ),
+            None => (DUMMY_HASH.to_owned(), None),
+        };
+        let key = file::sha256(format!("{user}\0{password}\0{hash}").as_bytes());
+        let cached = s
+            .verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&key);
+        if !cached {
+            let password = password.to_owned();
+            let check = hash.clone();
+            let ok = tokio::task::spawn_blocking(move || file::verify_password(&password, &check))
+                .await
+                .unwrap_or(false);
+            if !ok {
+                return Err(bad());
+            }
+            let mut verified = s.verified.lock().unwrap_or_else(|p| p.into_inner());
+            if verified.len() >= MAX_VERIFIED {
+                verified.clear();
+            }
+            verified.insert(key);
+        }
+        principal.ok_or_else(bad)
+    }
+}
+
+/// An argon2id hash of a random string nobody knows, verified against for unknown users.
+const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$0uG6yVbW3Xk1tHq4w9hB9C2iH8Zr9mQ1dG3oK6pVw0s";

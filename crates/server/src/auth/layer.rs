@@ -1,0 +1,217 @@
+//! The HTTP side of authentication: one axum middleware in front of every route.
+//!
+//! It takes the credentials from `Authorization: Bearer <token>` or `Basic <user:password>`,
+//! or, under `/nacos/`, from the `accessToken` query or form parameter (or header) as the Nacos
+//! SDKs send it; turns them into a [`Caller`] (401 when they are not valid) and puts it in the
+//! request's extensions for the route's one decision ([`Caller::allow`]). It also refuses what
+//! a web page on another site could send without a CORS preflight (docs/security.md, "Browser
+//! requests").
+//!
+//! Nothing else in the request (User-Agent, X-Forwarded-For, `serverIdentity`, ...) is looked
+//! at.
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::{HeaderMap, Method, header, request::Parts};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+
+use super::{AuthError, Authority, Caller, Credentials};
+use crate::error::ApiError;
+use crate::http::MAX_BODY_BYTES;
+
+/// What the middleware needs.
+#[derive(Clone, Debug)]
+pub struct AuthLayerState {
+    /// Users and tokens.
+    pub authority: Authority,
+    /// Auth is off on a non-loopback address (`--insecure-no-auth`): credential-less Nacos
+    /// forms are refused too, since any web page may reach the port.
+    pub exposed: bool,
+}
+
+/// The middleware (`axum::middleware::from_fn_with_state`).
+pub async fn authenticate(
+    State(state): State<AuthLayerState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match prepare(&state, request).await {
+        Ok(request) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn prepare(state: &AuthLayerState, request: Request) -> Result<Request, ApiError> {
+    let nacos = request.uri().path().starts_with("/nacos/");
+    let header_credentials = from_authorization(request.headers())?;
+    let (mut request, nacos_token) = if nacos && header_credentials.is_none() {
+        nacos_access_token(request).await?
+    } else {
+        (request, None)
+    };
+    check_browser_safe(
+        state,
+        &request,
+        header_credentials.is_some(),
+        nacos_token.is_some(),
+        nacos,
+    )?;
+    let credentials = header_credentials.or(nacos_token.map(Credentials::Token));
+    let caller = state.authority.authenticate(credentials).await?;
+    request.extensions_mut().insert(caller);
+    Ok(request)
+}
+
+/// `Authorization: Bearer` or `Basic`. Errors: 401 for any other scheme or a malformed value.
+fn from_authorization(headers: &HeaderMap) -> Result<Option<Credentials>, ApiError> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| AuthError::Unauthenticated("Authorization header: not ASCII".into()))?;
+    Ok(Some(parse_authorization(value)?))
+}
+
+/// An `Authorization` value (HTTP header, gRPC metadata): `Bearer <token>` or
+/// `Basic <base64 user:password>`. Errors: 401 for another scheme or a malformed value.
+pub fn parse_authorization(value: &str) -> Result<Credentials, AuthError> {
+    let bad = |why: &str| AuthError::Unauthenticated(format!("Authorization header: {why}"));
+    let (scheme, rest) = value
+        .split_once(' ')
+        .ok_or_else(|| bad("expected Bearer or Basic"))?;
+    match scheme.to_ascii_lowercase().as_str() {
+        "bearer" => Ok(Credentials::Token(rest.trim().to_owned())),
+        "basic" => {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(rest.trim())
+                .map_err(|_| bad("Basic credentials are not base64"))?;
+            let text =
+                String::from_utf8(decoded).map_err(|_| bad("Basic credentials are not UTF-8"))?;
+            let (user, password) = text
+                .split_once(':')
+                .ok_or_else(|| bad("Basic credentials need user:password"))?;
+            Ok(Credentials::Password {
+                user: user.to_owned(),
+                password: password.to_owned(),
+            })
+        }
+        _ => Err(bad("expected Bearer or Basic")),
+    }
+}
+
+fn is_form(headers: &HeaderMap) -> bool {
+    content_type(headers).is_some_and(|c| c == "application/x-www-form-urlencoded")
+}
+
+fn content_type(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    Some(
+        v.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase(),
+    )
+}
+
+fn access_token_in(query: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "accessToken")
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// A Nacos request's `accessToken`: header, query, or form body (read, then put back).
+async fn nacos_access_token(request: Request) -> Result<(Request, Option<String>), ApiError> {
+    if let Some(v) = request
+        .headers()
+        .get("accesstoken")
+        .and_then(|v| v.to_str().ok())
+    {
+        let v = v.to_owned();
+        return Ok((request, Some(v)));
+    }
+    if let Some(t) = request.uri().query().and_then(access_token_in) {
+        return Ok((request, Some(t)));
+    }
+    if !is_form(request.headers()) {
+        return Ok((request, None));
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge {
+            limit_bytes: MAX_BODY_BYTES,
+        })?;
+    let token = std::str::from_utf8(&bytes).ok().and_then(access_token_in);
+    Ok((Request::from_parts(parts, Body::from(bytes)), token))
+}
+
+/// Refuses what a page on another site could make a browser send without a CORS preflight: a
+/// POST whose content type is not JSON (an HTML form, `text/plain`, none at all) and that
+/// carries no `Authorization` header (a page cannot add one without a preflight, which gangway
+/// never grants). Nacos v1/v3 forms are what the Nacos SDKs send: they pass with an
+/// `accessToken`, or when auth is off on loopback and no browser `Origin` says it came from a
+/// page.
+fn check_browser_safe(
+    state: &AuthLayerState,
+    request: &Request,
+    has_authorization: bool,
+    has_access_token: bool,
+    nacos: bool,
+) -> Result<(), ApiError> {
+    if request.method() != Method::POST || has_authorization {
+        return Ok(());
+    }
+    let headers = request.headers();
+    let json =
+        content_type(headers).is_some_and(|c| c == "application/json" || c.ends_with("+json"));
+    if !nacos {
+        if json {
+            return Ok(());
+        }
+        return Err(ApiError::UnsupportedMediaType {
+            message: "a POST needs Content-Type: application/json or an Authorization header \
+                      (so that no web page can send it from another site)"
+                .into(),
+        });
+    }
+    if has_access_token {
+        return Ok(());
+    }
+    let from_a_page = headers.contains_key(header::ORIGIN)
+        || headers
+            .get("sec-fetch-site")
+            .is_some_and(|v| v.as_bytes() != b"same-origin" && v.as_bytes() != b"none");
+    if state.authority.is_on() || json {
+        // With auth on, the route's rule answers 401 to a request without credentials.
+        return Ok(());
+    }
+    if state.exposed || from_a_page {
+        return Err(ApiError::Forbidden {
+            rule: "browser",
+            message: "a Nacos form POST without an accessToken is accepted only from a \
+                      non-browser client of a loopback server without auth"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    /// The caller the middleware found; a request that did not pass it (a router used without
+    /// the middleware, as in tests) is [`Caller::Open`] only when no middleware was installed
+    /// at all, which `start` never does.
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or(Caller::Open))
+    }
+}

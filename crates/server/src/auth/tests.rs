@@ -1,0 +1,185 @@
+use std::sync::Arc;
+
+use super::file::grant;
+use super::*;
+
+fn principal(grants: Vec<Grant>) -> Caller {
+    Caller::Principal(Arc::new(Principal {
+        name: "alice".into(),
+        grants,
+    }))
+}
+
+#[test]
+fn roles_include_the_lower_ones_and_star_counts_everywhere() {
+    let p = Principal {
+        name: "p".into(),
+        grants: vec![grant("public", Role::Read), grant("*", Role::Write)],
+    };
+    assert_eq!(p.role_on("public"), Some(Role::Write));
+    assert_eq!(p.role_on("other"), Some(Role::Write));
+    assert!(!p.global_admin());
+    let q = Principal {
+        name: "q".into(),
+        grants: vec![grant("prod", Role::Admin)],
+    };
+    assert_eq!(q.role_on("dev"), None);
+}
+
+#[test]
+fn each_rule_needs_its_role() {
+    let reader = principal(vec![grant("public", Role::Read)]);
+    let writer = principal(vec![grant("public", Role::Write)]);
+    let admin = principal(vec![grant("public", Role::Admin)]);
+    assert!(reader.allow(Rule::Read, "public", None).is_ok());
+    assert!(reader.allow(Rule::Read, "prod", None).is_err());
+    assert!(reader.allow(Rule::Register, "public", None).is_err());
+    assert!(writer.allow(Rule::Register, "public", None).is_ok());
+    // Somebody else's instance: a takeover needs admin.
+    assert!(writer.allow(Rule::Register, "public", Some("bob")).is_err());
+    assert!(
+        writer
+            .allow(Rule::Register, "public", Some("alice"))
+            .is_ok()
+    );
+    assert!(writer.allow(Rule::Instance, "public", Some("bob")).is_err());
+    assert!(writer.allow(Rule::Instance, "public", None).is_err());
+    assert!(admin.allow(Rule::Instance, "public", Some("bob")).is_ok());
+    assert!(writer.allow(Rule::Service, "public", None).is_err());
+    assert!(admin.allow(Rule::Service, "public", None).is_ok());
+    // Its own instance, whatever its role now.
+    assert!(
+        reader
+            .allow(Rule::Instance, "public", Some("alice"))
+            .is_ok()
+    );
+}
+
+#[test]
+fn refusals_are_401_anonymous_and_403_naming_the_rule() {
+    assert!(matches!(
+        Caller::Anonymous.allow(Rule::Read, "public", None),
+        Err(AuthError::Unauthenticated(_))
+    ));
+    let err = principal(vec![])
+        .allow(Rule::Service, "public", None)
+        .unwrap_err();
+    match err {
+        AuthError::Forbidden { rule, message } => {
+            assert_eq!(rule, "service");
+            assert!(message.contains("needs admin"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(Caller::Open.allow(Rule::Service, "x", Some("bob")).is_ok());
+}
+
+#[test]
+fn the_file_round_trips_atomically_and_keeps_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    let mut f = AuthFile::load_or_default(&path).unwrap();
+    f.add_user("alice", "s3cret-pw", vec![grant("public", Role::Write)])
+        .unwrap();
+    assert!(f.add_user("alice", "x", vec![]).is_err());
+    let token = f.create_token("ci", vec![grant("*", Role::Read)]);
+    assert!(token.starts_with("gwt_"));
+    f.save(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !text.contains("s3cret-pw") && !text.contains(&token),
+        "{text}"
+    );
+    assert!(text.contains("$argon2id$"));
+    assert_eq!(AuthFile::load(&path).unwrap(), f);
+    // No temporary file is left behind.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    f.remove_user("alice").unwrap();
+    assert!(f.remove_user("alice").is_err());
+    assert!(AuthFile::load(&dir.path().join("missing")).is_err());
+    std::fs::write(&path, "users = 3").unwrap();
+    assert!(matches!(
+        AuthFile::load(&path),
+        Err(AuthFileError::Parse { .. })
+    ));
+}
+
+fn creds_token(t: &str) -> Option<Credentials> {
+    Some(Credentials::Token(t.into()))
+}
+
+#[tokio::test]
+async fn tokens_passwords_and_logins_authenticate() {
+    let mut f = AuthFile::default();
+    f.add_user("alice", "pw-alice", vec![grant("public", Role::Write)])
+        .unwrap();
+    let token = f.create_token("", vec![grant("*", Role::Read)]);
+    let auth = Authority::from_file(f);
+    let Caller::Principal(p) = auth.authenticate(creds_token(&token)).await.unwrap() else {
+        panic!()
+    };
+    assert!(p.name.starts_with("token:"));
+    // One character off, another id, no prefix: all 401.
+    let mut wrong = token.clone();
+    wrong.pop();
+    wrong.push('A');
+    for bad in [wrong.as_str(), "gwt_00000000_x", "nonsense", ""] {
+        assert!(matches!(
+            auth.authenticate(creds_token(bad)).await,
+            Err(AuthError::Unauthenticated(_))
+        ));
+    }
+    let pw = |user: &str, password: &str| {
+        Some(Credentials::Password {
+            user: user.into(),
+            password: password.into(),
+        })
+    };
+    assert!(auth.authenticate(pw("alice", "pw-alice")).await.is_ok());
+    // Cached success, still checked against the password.
+    assert!(auth.authenticate(pw("alice", "pw-alice")).await.is_ok());
+    assert!(auth.authenticate(pw("alice", "wrong")).await.is_err());
+    assert!(auth.authenticate(pw("nobody", "pw-alice")).await.is_err());
+    let (session, principal) = auth.login("alice", "pw-alice").await.unwrap();
+    assert_eq!(principal.name, "alice");
+    let Caller::Principal(p) = auth.authenticate(creds_token(&session)).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(p.name, "alice");
+    assert!(auth.login("alice", "nope").await.is_err());
+    assert_eq!(auth.authenticate(None).await.unwrap(), Caller::Anonymous);
+    assert_eq!(
+        Authority::off().authenticate(None).await.unwrap(),
+        Caller::Open
+    );
+    assert_eq!(
+        format!("{:?}", pw("alice", "pw-alice").unwrap()),
+        "Password(alice, <redacted>)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn logins_expire_and_end_when_the_user_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    let mut f = AuthFile::default();
+    f.add_user("alice", "pw", vec![grant("public", Role::Read)])
+        .unwrap();
+    f.add_user("bob", "pw", vec![grant("public", Role::Read)])
+        .unwrap();
+    f.save(&path).unwrap();
+    let auth = Authority::load(&path).unwrap();
+    let (a, _) = auth.login("alice", "pw").await.unwrap();
+    let (b, _) = auth.login("bob", "pw").await.unwrap();
+    f.remove_user("bob").unwrap();
+    f.save(&path).unwrap();
+    assert_eq!(auth.reload().unwrap(), (1, 0));
+    assert!(auth.authenticate(creds_token(&b)).await.is_err());
+    assert!(auth.authenticate(creds_token(&a)).await.is_ok());
+    tokio::time::advance(LOGIN_TTL + std::time::Duration::from_secs(1)).await;
+    assert!(auth.authenticate(creds_token(&a)).await.is_err());
+    // A broken file keeps the old contents in force.
+    std::fs::write(&path, "[[users]]\nname = 1").unwrap();
+    assert!(auth.reload().is_err());
+    assert!(auth.login("alice", "pw").await.is_ok());
+}

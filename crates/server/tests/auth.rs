@@ -1,0 +1,422 @@
+//! Authentication and authorisation against a started server on 127.0.0.1 (docs/security.md):
+//! the attack catalogue, one test per case or family.
+
+use gangway_server::auth::file::grant;
+use gangway_server::auth::{AuthFile, Authority, Role};
+use gangway_server::{Config, RunningServer};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+struct Fixture {
+    server: RunningServer,
+    http: reqwest::Client,
+    reader: String,
+    writer: String,
+    other_writer: String,
+    admin: String,
+}
+
+async fn started() -> Fixture {
+    let mut f = AuthFile::default();
+    let reader = f.create_token("reader", vec![grant("public", Role::Read)]);
+    let writer = f.create_token("writer", vec![grant("public", Role::Write)]);
+    let other_writer = f.create_token("other", vec![grant("*", Role::Write)]);
+    let admin = f.create_token("admin", vec![grant("public", Role::Admin)]);
+    f.add_user(
+        "alice",
+        "alice-password",
+        vec![grant("public", Role::Write)],
+    )
+    .unwrap();
+    let mut config = Config::for_tests();
+    config.security.authority = Authority::from_file(f);
+    config.security.metrics_auth = true;
+    let server = gangway_server::start_in_memory(config).await.unwrap();
+    Fixture {
+        server,
+        http: reqwest::Client::new(),
+        reader,
+        writer,
+        other_writer,
+        admin,
+    }
+}
+
+impl Fixture {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.server.http_addr)
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn register(&self, token: Option<&str>, port: u16) -> (StatusCode, Value) {
+        self.call(
+            reqwest::Method::POST,
+            "/v1/services/orders/instances",
+            token,
+            Some(json!({"ip": "10.0.0.1", "port": port})),
+        )
+        .await
+    }
+
+    async fn offline(&self, token: Option<&str>, port: u16) -> (StatusCode, Value) {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/v1/services/orders/instances/10.0.0.1:{port}/offline"),
+            token,
+            Some(json!({"force": true})),
+        )
+        .await
+    }
+}
+
+fn rule(body: &Value) -> &str {
+    body["error"]["rule"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn anonymous_and_bad_credentials_are_401() {
+    let f = started().await;
+    let (status, body) = f.register(None, 1).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["error"]["code"], "unauthenticated");
+    let mut wrong = f.writer.clone();
+    let last = wrong.pop().unwrap();
+    wrong.push(if last == 'A' { 'B' } else { 'A' });
+    for token in [wrong.as_str(), "gwt_00000000_nothing", "garbage"] {
+        let (status, _) = f.register(Some(token), 1).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{token}");
+    }
+    let (status, _) = f
+        .call(reqwest::Method::GET, "/v1/services", None, None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Health stays open and says auth is on; metrics need a token (--metrics-auth).
+    let (status, body) = f.call(reqwest::Method::GET, "/v1/health", None, None).await;
+    assert_eq!(
+        (status, body["auth"].as_str()),
+        (StatusCode::OK, Some("on"))
+    );
+    let (status, _) = f.call(reqwest::Method::GET, "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = f
+        .call(reqwest::Method::GET, "/metrics", Some(&f.reader), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn roles_decide_and_the_403_names_the_rule() {
+    let f = started().await;
+    let (status, body) = f.register(Some(&f.reader), 1).await;
+    assert_eq!(
+        (status, rule(&body)),
+        (StatusCode::FORBIDDEN, "register"),
+        "{body}"
+    );
+    let (status, body) = f.register(Some(&f.writer), 1).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Reading needs read; a grant on public does not reach another namespace.
+    let (status, _) = f
+        .call(
+            reqwest::Method::GET,
+            "/v1/services/orders/instances",
+            Some(&f.reader),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = f
+        .call(
+            reqwest::Method::GET,
+            "/v1/services/orders/instances?namespace=prod",
+            Some(&f.reader),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Settings need admin.
+    let settings = Some(json!({"protect_threshold": 0.5}));
+    let (status, body) = f
+        .call(
+            reqwest::Method::PUT,
+            "/v1/services/orders",
+            Some(&f.writer),
+            settings.clone(),
+        )
+        .await;
+    assert_eq!((status, rule(&body)), (StatusCode::FORBIDDEN, "service"));
+    let (status, _) = f
+        .call(
+            reqwest::Method::PUT,
+            "/v1/services/orders",
+            Some(&f.admin),
+            settings,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn only_the_owner_or_an_admin_takes_an_instance_out() {
+    let f = started().await;
+    assert_eq!(f.register(Some(&f.writer), 1).await.0, StatusCode::OK);
+    assert_eq!(f.register(Some(&f.writer), 2).await.0, StatusCode::OK);
+    // Another write principal: no offline, no drain, no delete, no takeover.
+    let (status, body) = f.offline(Some(&f.other_writer), 1).await;
+    assert_eq!(
+        (status, rule(&body)),
+        (StatusCode::FORBIDDEN, "instance"),
+        "{body}"
+    );
+    let (status, _) = f
+        .call(
+            reqwest::Method::POST,
+            "/v1/services/orders/instances/10.0.0.1:1/drain",
+            Some(&f.other_writer),
+            Some(json!({"timeout_ms": 100})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = f
+        .call(
+            reqwest::Method::DELETE,
+            "/v1/services/orders/instances/10.0.0.1:1",
+            Some(&f.other_writer),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, body) = f.register(Some(&f.other_writer), 1).await;
+    assert_eq!((status, rule(&body)), (StatusCode::FORBIDDEN, "register"));
+    // The owner may; an admin may.
+    assert_eq!(f.offline(Some(&f.writer), 1).await.0, StatusCode::OK);
+    assert_eq!(f.offline(Some(&f.admin), 2).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn client_supplied_headers_change_nothing() {
+    let f = started().await;
+    for (name, value) in [
+        ("user-agent", "Nacos-Server"),
+        ("x-forwarded-for", "127.0.0.1"),
+        ("x-real-ip", "127.0.0.1"),
+        ("serveridentity", "security"),
+    ] {
+        let resp = f
+            .http
+            .post(f.url("/v1/services/orders/instances"))
+            .header(name, value)
+            .json(&json!({"ip": "10.0.0.1", "port": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{name}");
+        let resp = f
+            .http
+            .post(f.url("/nacos/v1/ns/instance"))
+            .header(name, value)
+            .form(&[("serviceName", "orders"), ("ip", "10.0.0.1"), ("port", "1")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "nacos {name}");
+    }
+}
+
+#[tokio::test]
+async fn basic_auth_and_the_nacos_login_work_and_wrong_passwords_do_not() {
+    let f = started().await;
+    let resp = f
+        .http
+        .post(f.url("/v1/services/orders/instances"))
+        .basic_auth("alice", Some("alice-password"))
+        .json(&json!({"ip": "10.0.0.1", "port": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = f
+        .http
+        .post(f.url("/v1/services/orders/instances"))
+        .basic_auth("alice", Some("wrong"))
+        .json(&json!({"ip": "10.0.0.1", "port": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+
+    for path in ["/nacos/v1/auth/login", "/nacos/v1/auth/users/login"] {
+        let resp = f
+            .http
+            .post(f.url(path))
+            .form(&[("username", "alice"), ("password", "wrong")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{path}");
+        let login: Value = f
+            .http
+            .post(f.url(path))
+            .form(&[("username", "alice"), ("password", "alice-password")])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(login["tokenTtl"], 18000);
+        assert_eq!(login["globalAdmin"], false);
+        let token = login["accessToken"].as_str().unwrap().to_owned();
+        // accessToken as a query parameter, and in the form body.
+        let resp = f
+            .http
+            .post(f.url(&format!("/nacos/v1/ns/instance?accessToken={token}")))
+            .form(&[("serviceName", "orders"), ("ip", "10.0.0.2"), ("port", "1")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let resp = f
+            .http
+            .post(f.url("/nacos/v1/ns/instance"))
+            .form(&[
+                ("serviceName", "orders"),
+                ("ip", "10.0.0.3"),
+                ("port", "1"),
+                ("accessToken", token.as_str()),
+            ])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn another_principal_cannot_poll_under_someone_elses_subscriber_name() {
+    let f = started().await;
+    let path = "/v1/services/orders/instances?subscriber=web";
+    assert_eq!(
+        f.call(reqwest::Method::GET, path, Some(&f.reader), None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        f.call(reqwest::Method::GET, path, Some(&f.other_writer), None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let (_, body) = f
+        .call(
+            reqwest::Method::GET,
+            "/v1/services/orders/subscribers",
+            Some(&f.reader),
+            None,
+        )
+        .await;
+    let names: Vec<&str> = body["subscribers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["client_name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 2, "{body}");
+    assert!(
+        names
+            .iter()
+            .all(|n| n.ends_with(":web") && n.starts_with("token:")),
+        "{names:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
+    let server = gangway_server::start_in_memory(Config::for_tests())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", server.http_addr);
+    let r = http
+        .post(format!("{base}/v1/services/orders/instances"))
+        .json(&json!({"ip": "10.0.0.1", "port": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    for (ct, body) in [
+        ("text/plain", "{\"force\": true}"),
+        ("application/x-www-form-urlencoded", "force=true"),
+        ("", ""),
+    ] {
+        let mut req = http.post(format!(
+            "{base}/v1/services/orders/instances/10.0.0.1:1/offline"
+        ));
+        if !ct.is_empty() {
+            req = req.header("content-type", ct);
+        }
+        let r = req.body(body).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{ct:?}");
+    }
+    // A Nacos form from a web page (Origin) is refused; from an SDK (no Origin) it passes.
+    let form = [("serviceName", "orders"), ("ip", "10.0.0.9"), ("port", "1")];
+    let r = http
+        .post(format!("{base}/nacos/v1/ns/instance"))
+        .header("origin", "http://evil.example")
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = http
+        .post(format!("{base}/nacos/v1/ns/instance"))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let health: Value = http
+        .get(format!("{base}/v1/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["auth"], "off");
+    // No CORS header is ever sent.
+    let r = http
+        .get(format!("{base}/v1/services"))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.headers()
+            .keys()
+            .all(|k| !k.as_str().starts_with("access-control-"))
+    );
+}

@@ -106,7 +106,8 @@ async fn calls_name_the_service_and_instance_in_path_and_query() {
     let expected = [
         ("DELETE", format!("{path}?{query}&force=true"), ""),
         ("PUT", format!("{path}/heartbeat?{query}"), ""),
-        ("POST", format!("{path}/online?{query}"), ""),
+        // A POST is JSON (docs/security.md): online without a body sends `{}`.
+        ("POST", format!("{path}/online?{query}"), "{}"),
         (
             "POST",
             format!("{path}/offline?{query}"),
@@ -294,4 +295,18 @@ fn a_service_key_names_its_namespace_and_group() {
     assert_eq!(r.namespace.as_deref(), Some("public"));
     assert_eq!(r.group.as_deref(), Some("DEFAULT_GROUP"));
     assert_eq!(InstanceRef::new(r, "::1", 80).addr(), "[::1]:80");
+}
+
+#[test]
+fn a_token_that_is_not_printable_ascii_is_refused_at_build() {
+    let err = RestClient::builder("127.0.0.1:1")
+        .token(Some("line\nbreak"))
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, RestError::Transport { .. }), "{err:?}");
+    assert!(err.to_string().contains("--token"), "{err}");
+    RestClient::builder("127.0.0.1:1")
+        .token(Some("abc.DEF-123"))
+        .build()
+        .unwrap();
 }

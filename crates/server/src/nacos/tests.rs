@@ -1060,3 +1060,71 @@ async fn grpc_odd_values_are_error_responses_and_change_nothing() {
         wrong.join("\n")
     );
 }
+
+/// With auth on, each Nacos gRPC request is authenticated from its `accessToken` header: none
+/// or a bad one is a Nacos error response (403), a `read` token cannot register, a `write`
+/// token can.
+#[tokio::test]
+async fn grpc_access_token_header_decides_with_auth_on() {
+    use crate::auth::file::grant;
+    use crate::auth::{AuthFile, Authority, Role};
+
+    let mut file = AuthFile::default();
+    let reader = file.create_token("reader", vec![grant("public", Role::Read)]);
+    let writer = file.create_token("writer", vec![grant("public", Role::Write)]);
+    let mut config = Config::for_tests();
+    config.security.authority = Authority::from_file(file);
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (_tx, _inbound) = g.setup().await;
+    let register = |token: Option<&str>| {
+        let mut p = super::grpc::payload(
+            "InstanceRequest",
+            &json!({"requestId": "r", "serviceName": "orders", "type": "registerInstance",
+                   "instance": {"ip": "10.0.0.1", "port": 80}}),
+        );
+        if let Some(t) = token {
+            p.metadata
+                .as_mut()
+                .unwrap()
+                .headers
+                .insert("accessToken".into(), t.to_owned());
+        }
+        let channel = g.channel.clone();
+        async move {
+            pb::request_client::RequestClient::new(channel)
+                .request(p)
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let key = ServiceKey::named("orders");
+    let mut wrong = writer.clone();
+    let last = wrong.pop().unwrap();
+    wrong.push(if last == 'A' { 'B' } else { 'A' });
+    for (token, what) in [
+        (None, "no accessToken"),
+        (Some(wrong.as_str()), "a changed token"),
+        (Some(reader.as_str()), "a read token"),
+    ] {
+        let reply = register(token).await;
+        assert_eq!(ty(&reply), "ErrorResponse", "{what}");
+        let v = body(&reply);
+        assert_eq!(
+            (v["resultCode"].clone(), v["errorCode"].clone()),
+            (json!(500), json!(super::grpc::NO_RIGHT)),
+            "{what}: {v}"
+        );
+        assert!(g.registry.view(&key).instances.is_empty(), "{what}");
+        if token == Some(reader.as_str()) {
+            assert!(v["message"].as_str().unwrap().contains("register"), "{v}");
+        }
+    }
+    let reply = register(Some(&writer)).await;
+    assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
+    assert_eq!(g.registry.view(&key).instances.len(), 1);
+    assert_eq!(
+        g.registry.owner(&key, &InstanceKey::new("10.0.0.1", 80, "")).as_deref(),
+        Some(format!("token:{}", writer.split('_').nth(1).unwrap()).as_str())
+    );
+}

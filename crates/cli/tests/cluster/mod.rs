@@ -177,6 +177,16 @@ impl Server {
         server
     }
 
+    /// Starts `gangway server` on fresh ports and keeps every line of its stderr (the log).
+    pub async fn start_logged(
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> (Server, Arc<Mutex<Vec<String>>>) {
+        let mut server = Self::spawn(data_dir, "127.0.0.1:0", "127.0.0.1:0", extra, None).await;
+        let log = server.proc.keep_stderr("server");
+        (server, log)
+    }
+
     /// Starts `gangway server` with fresh ports and its open-file limit lowered to `fd_limit`;
     /// its stderr is left to the caller.
     pub async fn start_with_fd_limit(data_dir: &Path, fd_limit: u64, extra: &[&str]) -> Server {

@@ -1124,7 +1124,9 @@ async fn grpc_access_token_header_decides_with_auth_on() {
     assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
     assert_eq!(g.registry.view(&key).instances.len(), 1);
     assert_eq!(
-        g.registry.owner(&key, &InstanceKey::new("10.0.0.1", 80, "")).as_deref(),
+        g.registry
+            .owner(&key, &InstanceKey::new("10.0.0.1", 80, ""))
+            .as_deref(),
         Some(format!("token:{}", writer.split('_').nth(1).unwrap()).as_str())
     );
 }

@@ -78,6 +78,15 @@ pub enum ApiError {
         /// What is accepted.
         message: String,
     },
+    /// A session holds the most it may of something (HTTP 429, gRPC RESOURCE_EXHAUSTED); the
+    /// message names the limit.
+    #[error("{message}")]
+    LimitExceeded {
+        /// The limit (`subscriptions-per-session`, `instances-per-session`).
+        limit: &'static str,
+        /// What was refused and why.
+        message: String,
+    },
     /// The server holds its maximum number of connections (HTTP 503, gRPC UNAVAILABLE); retry
     /// later or on another server.
     #[error("{message}")]
@@ -109,7 +118,7 @@ impl ApiError {
 
     /// Stable code: `invalid_argument`, `not_found`, `method_not_allowed`, `conflict`,
     /// `payload_too_large`, `warming_up`, `internal`, `uri_too_long`, `headers_too_large`,
-    /// `overloaded`, `unauthenticated`, `forbidden`, `unsupported_media_type`.
+    /// `overloaded`, `unauthenticated`, `forbidden`, `unsupported_media_type`, `limit_exceeded`.
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid(_) => "invalid_argument",
@@ -122,6 +131,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => "uri_too_long",
             ApiError::HeadersTooLarge { .. } => "headers_too_large",
             ApiError::Overloaded { .. } => "overloaded",
+            ApiError::LimitExceeded { .. } => "limit_exceeded",
             ApiError::Unauthenticated { .. } => "unauthenticated",
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
@@ -157,6 +167,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::LimitExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -197,6 +208,7 @@ impl ApiError {
             ApiError::Forbidden { .. } => tonic::Code::PermissionDenied,
             ApiError::WarmingUp | ApiError::Overloaded { .. } => tonic::Code::Unavailable,
             ApiError::Store(_) => tonic::Code::Internal,
+            ApiError::LimitExceeded { .. } => tonic::Code::ResourceExhausted,
             _ => tonic::Code::InvalidArgument,
         }
     }
@@ -210,6 +222,7 @@ impl From<RegistryError> for ApiError {
         match e {
             RegistryError::Invalid(v) => ApiError::Invalid(v),
             RegistryError::WarmingUp => ApiError::WarmingUp,
+            RegistryError::LimitExceeded { limit, .. } => ApiError::LimitExceeded { limit, message },
             RegistryError::Store(_) | RegistryError::Internal(_) => ApiError::Store(message),
             e if e.is_not_found() => ApiError::NotFound { message },
             _ => ApiError::Conflict { message },

@@ -8,6 +8,7 @@ use gangway_core::model::{Instance, InstanceKey, Kind, OfflineMark, ServiceKey};
 use tokio::time::Instant;
 
 use super::RegistryError;
+use crate::config::SessionLimits;
 use super::leases::LeaseQueue;
 use super::service::{Changed, ServiceEntry};
 use super::subscribers::Subscriber;
@@ -62,6 +63,8 @@ pub(crate) struct State {
     pub(crate) pending_kinds: HashMap<ServiceKey, (Kind, usize)>,
     /// When each lease must be looked at next.
     pub(crate) leases: LeaseQueue,
+    /// What one session may hold, checked with the change it limits.
+    pub(crate) session_limits: SessionLimits,
 }
 
 /// What a [`Reservation`] holds.
@@ -149,8 +152,16 @@ impl State {
     ) -> Result<(), RegistryError> {
         self.check_kind(service, kind_of(liveness))?;
         if let Liveness::Session(id) = liveness {
-            if !self.sessions.contains_key(id) {
+            let Some(session) = self.sessions.get(id) else {
                 return Err(RegistryError::UnknownSession(id.clone()));
+            };
+            let max = self.session_limits.instances;
+            let key = (service.clone(), instance.key.clone());
+            if session.instances.len() >= max && !session.instances.contains(&key) {
+                return Err(RegistryError::LimitExceeded {
+                    limit: "instances-per-session",
+                    max,
+                });
             }
         }
         let existing = self
@@ -401,6 +412,19 @@ impl State {
 
 impl State {
     /// Adds a subscriber to the table and to its service's and session's indexes.
+    /// Refuses one more subscriber of `session` beyond
+    /// [`SessionLimits::subscriptions`].
+    pub(crate) fn check_subscribe(&self, session: Option<&str>) -> Result<(), RegistryError> {
+        let max = self.session_limits.subscriptions;
+        match session.and_then(|s| self.sessions.get(s)) {
+            Some(s) if s.subscribers.len() >= max => Err(RegistryError::LimitExceeded {
+                limit: "subscriptions-per-session",
+                max,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn add_subscriber(&mut self, id: String, sub: Subscriber) {
         self.service(&sub.service).subscribers.insert(id.clone());
         if let Some(session) = sub.session.as_ref().and_then(|s| self.sessions.get_mut(s)) {

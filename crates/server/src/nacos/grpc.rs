@@ -166,6 +166,7 @@ impl From<ApiError> for Refusal {
             ApiError::PayloadTooLarge { .. } => INVALID_PARAM,
             ApiError::WarmingUp | ApiError::Overloaded { .. } => INVALID_SERVER_STATUS,
             ApiError::Store(_) => 500,
+            ApiError::LimitExceeded { .. } => 429,
             // Nacos's answer to a missing or refused accessToken.
             ApiError::Unauthenticated { .. }
             | ApiError::Forbidden { .. }
@@ -591,6 +592,15 @@ impl Nacos {
                 let mut wanted = Vec::new();
                 for w in r.instances.as_deref().unwrap_or_default() {
                     wanted.push(w.to_instance()?);
+                }
+                // Refused whole before anything of the batch changes.
+                let max = registry.config().session_limits.instances;
+                if wanted.len() > max {
+                    return Err(RegistryError::LimitExceeded {
+                        limit: "instances-per-session",
+                        max,
+                    }
+                    .into());
                 }
                 // The batch replaces what this connection holds in the service.
                 let (_, entries) = registry.entries(&service);

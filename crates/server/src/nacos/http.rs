@@ -160,6 +160,11 @@ impl From<ApiError> for NacosError {
                 code: 403,
                 message,
             },
+            ApiError::LimitExceeded { .. } => Self {
+                status: e.status(),
+                code: 429,
+                message,
+            },
             // Only the serving layer raises these, before any route runs.
             ApiError::UriTooLong { .. }
             | ApiError::HeadersTooLarge { .. }

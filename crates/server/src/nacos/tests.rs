@@ -1130,3 +1130,36 @@ async fn grpc_access_token_header_decides_with_auth_on() {
         Some(format!("token:{}", writer.split('_').nth(1).unwrap()).as_str())
     );
 }
+
+/// A Nacos connection is a session: beyond its limits an `ErrorResponse` names the limit.
+#[tokio::test]
+async fn grpc_session_limits_answer_an_error_naming_the_limit() {
+    let mut config = Config::for_tests();
+    config.session_limits.instances = 1;
+    config.session_limits.subscriptions = 1;
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (_tx, _inbound) = g.setup().await;
+    let register = |service: &str| {
+        json!({"requestId": "r", "serviceName": service, "type": "registerInstance",
+               "instance": {"ip": "10.0.0.1", "port": 80}})
+    };
+    let subscribe = |service: &str| {
+        json!({"requestId": "s", "serviceName": service, "subscribe": true, "clusters": ""})
+    };
+    let reply = g.unary("InstanceRequest", register("orders")).await;
+    assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
+    let reply = g.unary("SubscribeServiceRequest", subscribe("orders")).await;
+    assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
+    for (request, payload, limit) in [
+        ("InstanceRequest", register("billing"), "instances-per-session"),
+        ("SubscribeServiceRequest", subscribe("billing"), "subscriptions-per-session"),
+    ] {
+        let reply = g.unary(request, payload).await;
+        assert_eq!(ty(&reply), "ErrorResponse", "{request}");
+        let v = body(&reply);
+        assert_eq!(v["errorCode"], 429, "{v}");
+        assert!(v["message"].as_str().unwrap().contains(limit), "{v}");
+    }
+    assert!(g.registry.view(&ServiceKey::named("billing")).instances.is_empty());
+    assert!(g.registry.subscribers(&ServiceKey::named("billing")).is_empty());
+}

@@ -7,9 +7,10 @@
 //! own connections closes (which frees a descriptor). It logs the first failure of such an
 //! episode and its end, not every attempt.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -97,6 +98,7 @@ fn connection_error(e: &io::Error) -> bool {
 /// when dropped.
 struct Slot {
     _permit: OwnedSemaphorePermit,
+    _address: AddressSlot,
     closed: Arc<Notify>,
     port: Arc<PortShared>,
 }
@@ -105,6 +107,46 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.port.metrics.open.get_or_create(&self.port.label).dec();
         self.closed.notify_one();
+    }
+}
+
+/// Open connections per client IP address on one port.
+#[derive(Default)]
+pub(super) struct PerAddress {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PerAddress {
+    /// One more connection from `ip`, unless it holds `max` already.
+    fn try_take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<AddressSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One connection of an address, counted until dropped.
+struct AddressSlot {
+    counts: Arc<PerAddress>,
+    ip: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -169,6 +211,8 @@ pub(super) struct AcceptLoop {
     pub(super) refusal: axum::Router,
     pub(super) policy: Policy,
     pub(super) max: usize,
+    /// Most connections from one client IP address, and the answer beyond it.
+    pub(super) per_address: (usize, axum::Router),
     pub(super) phase: watch::Receiver<Phase>,
 }
 
@@ -183,8 +227,10 @@ impl AcceptLoop {
             refusal,
             policy,
             max,
+            per_address: (per_address_max, per_address_refusal),
             mut phase,
         } = self;
+        let per_address = Arc::new(PerAddress::default());
         let label = port.label.port;
         let mut listener = Some(listener);
         let slots = Arc::new(Semaphore::new(max));
@@ -214,17 +260,26 @@ impl AcceptLoop {
                         let _ = stream.set_nodelay(true);
                         let local = stream.local_addr().unwrap_or(peer);
                         let conn = Accepted { stream, local, peer };
-                        if let Ok(permit) = slots.clone().try_acquire_owned() {
+                        let permit = slots.clone().try_acquire_owned().ok();
+                        let port_full = permit.is_none();
+                        let address = permit.is_some().then(|| per_address.try_take(peer.ip(), per_address_max)).flatten();
+                        if let (Some(address), Some(permit)) = (address, permit) {
                             port.metrics.open.get_or_create(&port.label).inc();
-                            let slot = Slot { _permit: permit, closed: closed.clone(), port: port.clone() };
+                            let slot = Slot { _permit: permit, _address: address, closed: closed.clone(), port: port.clone() };
                             let task = connection::run(conn, port.clone(), router.clone(), policy, phase.clone());
                             tasks.spawn(async move {
                                 task.await;
                                 drop(slot);
                             });
                         } else {
+                            // Which limit: the port's, or this address's (the port had room).
+                            let (refusal, why) = if port_full {
+                                (&refusal, "the port holds its maximum")
+                            } else {
+                                (&per_address_refusal, "the client address holds its maximum")
+                            };
                             port.metrics.refused.get_or_create(&port.label).inc();
-                            tracing::debug!(port = label, %peer, max, "connection refused: the port holds its maximum");
+                            tracing::debug!(port = label, %peer, max, per_address_max, "connection refused: {why}");
                             refusing.retain(|r| !r.is_finished());
                             if refusing.len() >= REFUSALS {
                                 refusing.pop_front().inspect(AbortHandle::abort);

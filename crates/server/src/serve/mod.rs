@@ -84,29 +84,27 @@ impl Serving {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         // Our own timeouts replace hyper's header read timeout (see `activity`).
         builder.http1().header_read_timeout(None);
-        let message = format!(
+        let refusal = http_refusal(format!(
             "the registry holds its maximum of {max} HTTP connections; retry shortly (or raise \
              --http-max-connections)"
+        ));
+        let per_address = (
+            limits.per_address_max,
+            http_refusal(per_address_message(limits.per_address_max)),
         );
-        let refusal = axum::Router::new().fallback(move || {
-            let error = ApiError::Overloaded {
-                message: message.clone(),
-            };
-            async move {
-                let mut response = error.into_response();
-                response.headers_mut().insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-                response
-            }
-        });
         let policy = Policy::Http {
             header: limits.http_header_timeout,
             idle: limits.http_idle_timeout,
         };
         Self::spawn(
-            listener, "http", builder, router, refusal, policy, max, metrics,
+            listener,
+            "http",
+            builder,
+            router,
+            (refusal, per_address),
+            policy,
+            max,
+            metrics,
         )
     }
 
@@ -126,19 +124,26 @@ impl Serving {
             .timer(TokioTimer::new())
             .keep_alive_interval(Some(liveness.keepalive_interval))
             .keep_alive_timeout(liveness.keepalive_timeout);
-        let message = format!(
+        let refusal = grpc_refusal(format!(
             "the registry holds its maximum of {max} gRPC connections; retry shortly (or raise \
              --grpc-max-connections)"
+        ));
+        let per_address = (
+            limits.per_address_max,
+            grpc_refusal(per_address_message(limits.per_address_max)),
         );
-        let refusal = axum::Router::new().fallback(move || {
-            let status = tonic::Status::unavailable(message.clone());
-            async move { status.into_http::<axum::body::Body>() }
-        });
         let policy = Policy::Grpc {
             handshake: limits.grpc_handshake_timeout,
         };
         Self::spawn(
-            listener, "grpc", builder, router, refusal, policy, max, metrics,
+            listener,
+            "grpc",
+            builder,
+            router,
+            (refusal, per_address),
+            policy,
+            max,
+            metrics,
         )
     }
 
@@ -148,7 +153,7 @@ impl Serving {
         label: &'static str,
         builder: auto::Builder<TokioExecutor>,
         router: axum::Router,
-        refusal: axum::Router,
+        (refusal, per_address): (axum::Router, (usize, axum::Router)),
         policy: Policy,
         max: usize,
         metrics: ConnectionMetrics,
@@ -167,6 +172,7 @@ impl Serving {
                 refusal,
                 policy,
                 max,
+                per_address,
                 phase: watching,
             }
             .run(),
@@ -197,4 +203,38 @@ impl Serving {
     pub(crate) async fn ended(&mut self) -> PortStop {
         (&mut self.task).await.unwrap_or_default()
     }
+}
+
+/// The refusal beyond [`Connections::per_address_max`], naming the limit.
+fn per_address_message(max: usize) -> String {
+    format!(
+        "limit connections-per-address reached: this client address holds {max} open \
+         connections, the most one address may (close some, or raise \
+         --max-connections-per-address)"
+    )
+}
+
+/// A 503 `overloaded` with `message`, closing the connection.
+fn http_refusal(message: String) -> axum::Router {
+    axum::Router::new().fallback(move || {
+        let error = ApiError::Overloaded {
+            message: message.clone(),
+        };
+        async move {
+            let mut response = error.into_response();
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+            response
+        }
+    })
+}
+
+/// gRPC status UNAVAILABLE with `message`.
+fn grpc_refusal(message: String) -> axum::Router {
+    axum::Router::new().fallback(move || {
+        let status = tonic::Status::unavailable(message.clone());
+        async move { status.into_http::<axum::body::Body>() }
+    })
 }

@@ -508,6 +508,68 @@ async fn connections_beyond_the_maximum_get_a_clear_refusal_and_the_others_stay(
     );
 }
 
+/// An HTTP/1.1 connection from `from` (any 127.0.0.0/8 address) that got one answer.
+async fn health_from(from: [u8; 4], to: std::net::SocketAddr) -> (TcpStream, Vec<u8>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((std::net::Ipv4Addr::from(from), 0).into()).unwrap();
+    let mut c = socket.connect(to).await.unwrap();
+    c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = c.read(&mut buf).await.unwrap();
+    buf.truncate(n);
+    (c, buf)
+}
+
+#[tokio::test]
+async fn connections_beyond_the_per_address_maximum_are_refused_naming_the_limit() {
+    let s = server(Connections {
+        per_address_max: 2,
+        ..Connections::default()
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (c, answer) = health_from([127, 0, 0, 1], s.http_addr).await;
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
+        held.push(c);
+    }
+    let mut third = TcpStream::connect(s.http_addr).await.unwrap();
+    third
+        .write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (raw, _) = until_closed(&mut third, Instant::now(), SLACK).await;
+    let (status, body) = parse_answer(&raw);
+    println!("3rd HTTP connection from one address with a maximum of 2: {status} {body}");
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], "overloaded");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("connections-per-address"), "{message}");
+    // Another address has its own count; the held connections still work.
+    let (_other, answer) = health_from([127, 0, 0, 2], s.http_addr).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "another address is served");
+    for c in &mut held {
+        c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = c.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    }
+    // A closed connection frees its address's slot.
+    drop(held.pop());
+    let ok = poll(SLACK, || async {
+        let r = reqwest::get(format!("http://{}/v1/health", s.http_addr))
+            .await
+            .ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    assert!(ok.is_some(), "a freed slot is served again");
+}
+
 /// Opens a native session: returns its sender and its inbound stream after `Welcome`.
 async fn open_session(
     addr: std::net::SocketAddr,

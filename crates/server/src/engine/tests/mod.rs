@@ -484,6 +484,7 @@ async fn an_update_that_changes_nothing_publishes_nothing() {
 }
 
 mod rules;
+mod limits;
 mod stall;
 
 #[tokio::test]

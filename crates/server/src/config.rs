@@ -78,13 +78,16 @@ pub const DEFAULT_GRPC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// derived from the file descriptor limit (`None`): 10,000.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
-/// Most open connections from one client IP address, per port: 256. Beyond it a connection
+/// Most open connections from one client IP address, per port: 4,096, well under a port's
+/// [`DEFAULT_MAX_CONNECTIONS`] so one address cannot take a port, and above what gangway's own
+/// loopback benchmarks open (1,000 connections for 100,000 sessions). Beyond it a connection
 /// gets the port's refusal (503 `overloaded` / UNAVAILABLE) naming the limit.
-pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
-/// Most subscriptions one session (native gRPC session, Nacos gRPC connection) holds: 1,000.
-pub const DEFAULT_MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1_000;
-/// Most instances one session keeps alive: 1,000.
-pub const DEFAULT_MAX_INSTANCES_PER_SESSION: usize = 1_000;
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 4_096;
+/// Most subscriptions one session (native gRPC session, Nacos gRPC connection) holds: 10,000.
+pub const DEFAULT_MAX_SUBSCRIPTIONS_PER_SESSION: usize = 10_000;
+/// Most instances one session keeps alive: 100,000 (the `big-service` benchmark registers
+/// 20,000 over one session).
+pub const DEFAULT_MAX_INSTANCES_PER_SESSION: usize = 100_000;
 
 /// Everything the engine and the transports need, resolved. Build it from
 /// [`Config::default`] and check it with [`Config::validate`].

@@ -98,8 +98,10 @@ impl Client {
     /// `Welcome`, retrying with backoff for at most `config.request_timeout`.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a bad config; [`Error::Connect`] (with the last failure)
-    /// when no session was established in time — the background task is stopped then.
+    /// [`Error::InvalidConfig`] for a bad config; [`Error::Unauthorized`] at once when the
+    /// registry refuses the token (UNAUTHENTICATED) or its role (PERMISSION_DENIED), without
+    /// retrying; [`Error::Connect`] (with the last failure) when no session was established in
+    /// time — the background task is stopped then.
     pub async fn connect(config: ClientConfig) -> Result<Client, Error> {
         config.validate()?;
         let endpoint = config.endpoint()?;
@@ -107,9 +109,16 @@ impl Client {
         let (state_tx, mut state) = watch::channel(SessionState::default());
         tokio::spawn(Worker::new(config.clone(), endpoint, command_rx, state_tx).run());
         let deadline = config.request_timeout;
-        let welcomed = tokio::time::timeout(deadline, state.wait_for(|s| s.info.is_some()))
-            .await
-            .map(|r| r.is_ok());
+        let welcomed = tokio::time::timeout(
+            deadline,
+            state.wait_for(|s| s.info.is_some() || s.refused.is_some()),
+        )
+        .await
+        .map(|r| r.is_ok());
+        let refused = state.borrow().refused.clone();
+        if let Some(error) = refused {
+            return Err(error);
+        }
         match welcomed {
             Ok(true) => Ok(Client {
                 inner: Arc::new(Inner {
@@ -206,7 +215,7 @@ impl Client {
                 service: service.clone(),
                 reply,
             })
-            .map_err(|_| Error::Closed)?;
+            .map_err(|_| self.closed())?;
         let after = self.inner.config.request_timeout;
         let receiver = match tokio::time::timeout(after, rx).await {
             Err(_) => {
@@ -215,7 +224,7 @@ impl Client {
                     after,
                 });
             }
-            Ok(Err(_)) => return Err(Error::Closed),
+            Ok(Err(_)) => return Err(self.closed()),
             Ok(Ok(result)) => result?,
         };
         Ok(Subscription::new(
@@ -231,6 +240,17 @@ impl Client {
         let _ = self.inner.commands.send(Command::Close);
     }
 
+    /// Why no more requests are possible: the registry's refusal of the credentials, if that
+    /// stopped the client, else [`Error::Closed`].
+    fn closed(&self) -> Error {
+        self.inner
+            .state
+            .borrow()
+            .refused
+            .clone()
+            .unwrap_or(Error::Closed)
+    }
+
     async fn request(
         &self,
         request: Request,
@@ -241,11 +261,11 @@ impl Client {
         self.inner
             .commands
             .send(Command::Request { request, reply })
-            .map_err(|_| Error::Closed)?;
+            .map_err(|_| self.closed())?;
         let after = self.inner.config.request_timeout.saturating_add(extra);
         match tokio::time::timeout(after, rx).await {
             Err(_) => Err(Error::Timeout { operation, after }),
-            Ok(Err(_)) => Err(Error::Closed),
+            Ok(Err(_)) => Err(self.closed()),
             Ok(Ok(result)) => result,
         }
     }

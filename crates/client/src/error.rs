@@ -34,6 +34,19 @@ pub enum Error {
         /// The request field the error is about, if the registry named one.
         field: Option<String>,
     },
+    /// The registry refused the session's credentials (gRPC UNAUTHENTICATED: no, unknown or
+    /// removed token) or their role (PERMISSION_DENIED). The same config cannot succeed, so the
+    /// client stops: [`Client::connect`](crate::Client::connect) returns this at once instead of
+    /// retrying, and a client whose reconnect is refused fails its requests with it.
+    #[error("refused by the registry at {address}: {code}: {message}")]
+    Unauthorized {
+        /// The configured address.
+        address: String,
+        /// `unauthenticated` or `forbidden`, as the REST error codes.
+        code: String,
+        /// The registry's reason.
+        message: String,
+    },
     /// No answer within the deadline. The request may still take effect on the registry.
     #[error("{operation} timed out after {after:?}")]
     Timeout {
@@ -61,14 +74,14 @@ impl Error {
                     "warming_up" | "unavailable" | "resource_exhausted"
                 )
             }
-            Error::InvalidConfig { .. } | Error::Closed => false,
+            Error::InvalidConfig { .. } | Error::Unauthorized { .. } | Error::Closed => false,
         }
     }
 
-    /// The registry's error code when this is [`Error::Rejected`].
+    /// The registry's error code when this is [`Error::Rejected`] or [`Error::Unauthorized`].
     pub fn code(&self) -> Option<&str> {
         match self {
-            Error::Rejected { code, .. } => Some(code),
+            Error::Rejected { code, .. } | Error::Unauthorized { code, .. } => Some(code),
             _ => None,
         }
     }

@@ -222,6 +222,7 @@ impl From<RegistryError> for ApiError {
         match e {
             RegistryError::Invalid(v) => ApiError::Invalid(v),
             RegistryError::WarmingUp => ApiError::WarmingUp,
+            RegistryError::Refused(a) => ApiError::from(a),
             RegistryError::LimitExceeded { limit, .. } => ApiError::LimitExceeded { limit, message },
             RegistryError::Store(_) | RegistryError::Internal(_) => ApiError::Store(message),
             e if e.is_not_found() => ApiError::NotFound { message },

@@ -118,6 +118,10 @@ pub enum RegistryError {
         /// The limit's value.
         max: usize,
     },
+    /// The caller's credentials do not allow the change, decided against the registry's state
+    /// in the critical section that would have applied it (docs/security.md).
+    #[error("{0}")]
+    Refused(crate::auth::AuthError),
     /// A service that still holds instances cannot be deleted.
     #[error("service {0} still holds instances; deregister them first")]
     ServiceNotEmpty(ServiceKey),

@@ -8,6 +8,7 @@ use gangway_core::model::{Instance, InstanceKey, Kind, OfflineMark, ServiceKey};
 use tokio::time::Instant;
 
 use super::RegistryError;
+use crate::auth::{Caller, Rule};
 use crate::config::SessionLimits;
 use super::leases::LeaseQueue;
 use super::service::{Changed, ServiceEntry};
@@ -412,6 +413,19 @@ impl State {
 
 impl State {
     /// Adds a subscriber to the table and to its service's and session's indexes.
+    /// `caller`'s registration of `key` by the rule `register`, against its owner now.
+    pub(crate) fn check_owner(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        caller: &Caller,
+    ) -> Result<(), RegistryError> {
+        let owner = self.entry(service, key).ok().and_then(|e| e.owner.as_deref());
+        caller
+            .allow(Rule::Register, &service.namespace, owner)
+            .map_err(RegistryError::Refused)
+    }
+
     /// Refuses one more subscriber of `session` beyond
     /// [`SessionLimits::subscriptions`].
     pub(crate) fn check_subscribe(&self, session: Option<&str>) -> Result<(), RegistryError> {

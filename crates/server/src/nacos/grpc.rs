@@ -731,12 +731,7 @@ impl Nacos {
         let mut instance = instance;
         instance.enabled = !disabled;
         self.registry()
-            .register_owned(
-                service,
-                instance,
-                liveness,
-                caller.owner().map(str::to_owned),
-            )
+            .register_as(service, instance, liveness, caller.clone())
             .await?;
         Ok(())
     }

@@ -445,12 +445,7 @@ async fn register_parsed(
     instance.enabled = r.enabled;
     nacos
         .registry()
-        .register_owned(
-            r.service,
-            instance,
-            liveness,
-            caller.owner().map(str::to_owned),
-        )
+        .register_as(r.service, instance, liveness, caller.clone())
         .await?;
     Ok(())
 }

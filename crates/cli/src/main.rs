@@ -14,9 +14,9 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
+use gangway_cli::args;
 
 mod api;
-mod args;
 mod commands;
 mod demo;
 mod error;

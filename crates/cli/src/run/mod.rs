@@ -50,7 +50,7 @@ use tokio::time::Instant;
 
 use crate::args::{parse_duration, parse_meta, parse_name, parse_period, parse_weight};
 use crate::error::{CliError, EXIT_FAILURE};
-use crate::instance_env::parse_port;
+use crate::args::parse_port;
 
 mod child;
 pub mod events;

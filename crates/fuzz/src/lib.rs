@@ -239,10 +239,21 @@ pub fn digest(registry: &Registry) -> String {
             let mut subscribers: Vec<_> = registry
                 .subscribers(&s.key)
                 .into_iter()
-                .map(|r| (r.id, r.address, r.kind, r.client_name, r.ignores_empty_lists))
+                .map(|r| {
+                    (
+                        r.id,
+                        r.address,
+                        r.kind,
+                        r.client_name,
+                        r.ignores_empty_lists,
+                    )
+                })
                 .collect();
             subscribers.sort_by(|a, b| a.0.cmp(&b.0));
-            format!("{} r{revision} {entries:?} {settings:?} {subscribers:?}\n", s.key)
+            format!(
+                "{} r{revision} {entries:?} {settings:?} {subscribers:?}\n",
+                s.key
+            )
         })
         .collect()
 }
@@ -340,7 +351,11 @@ impl<'a> Runner<'a> {
         let text = dir.join(format!("{stem}.txt"));
         std::fs::write(
             &text,
-            format!("target: {}\nreason: {reason}\n\n{}\n", self.target.name(), case.description),
+            format!(
+                "target: {}\nreason: {reason}\n\n{}\n",
+                self.target.name(),
+                case.description
+            ),
         )
         .ok()?;
         std::fs::write(dir.join(format!("{stem}.bin")), &case.raw).ok()?;

@@ -104,10 +104,18 @@ fn main() -> ExitCode {
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "(not saved)".into());
-            println!("  input {}: {}\n    saved to {saved}", f.index, first_line(&f.reason, 400));
+            println!(
+                "  input {}: {}\n    saved to {saved}",
+                f.index,
+                first_line(&f.reason, 400)
+            );
         }
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn first_line(s: &str, max: usize) -> String {

@@ -157,7 +157,9 @@ impl Gen {
             3 => {
                 let len = self.below(16);
                 (0..len)
-                    .map(|_| char::from_u32(self.rng.random_range(0..0x11_0000)).unwrap_or('\u{fffd}'))
+                    .map(|_| {
+                        char::from_u32(self.rng.random_range(0..0x11_0000)).unwrap_or('\u{fffd}')
+                    })
                     .collect()
             }
             4 => {

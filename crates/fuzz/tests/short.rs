@@ -13,7 +13,9 @@ async fn every_target_runs_clean_for_a_few_hundred_inputs() {
         ..Options::default()
     };
     for target in Target::ALL {
-        let report = gangway_fuzz::run(target, &options).await.expect("the target runs");
+        let report = gangway_fuzz::run(target, &options)
+            .await
+            .expect("the target runs");
         assert_eq!(report.inputs, 400, "{}", target.name());
         assert!(
             report.failures.is_empty(),
@@ -23,13 +25,23 @@ async fn every_target_runs_clean_for_a_few_hundred_inputs() {
         );
         // The mutations reach past the first byte: some inputs are accepted, some refused.
         assert!(report.rejections > 0, "{}: nothing refused", target.name());
-        assert!(report.rejections < report.inputs, "{}: nothing accepted", target.name());
+        assert!(
+            report.rejections < report.inputs,
+            "{}: nothing accepted",
+            target.name()
+        );
     }
 }
 
 #[test]
 fn a_seed_runs_the_same_inputs() {
-    let a = gangway_fuzz::targets::cli::run(&Options { inputs: 300, ..Options::default() });
-    let b = gangway_fuzz::targets::cli::run(&Options { inputs: 300, ..Options::default() });
+    let a = gangway_fuzz::targets::cli::run(&Options {
+        inputs: 300,
+        ..Options::default()
+    });
+    let b = gangway_fuzz::targets::cli::run(&Options {
+        inputs: 300,
+        ..Options::default()
+    });
     assert_eq!(a.rejections, b.rejections);
 }

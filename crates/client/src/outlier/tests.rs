@@ -106,7 +106,11 @@ fn ratio_floor_examples() {
     let with = |ratio| OutlierConfig::default().with_max_ejection_ratio(ratio);
     assert_eq!(with(0.6).max_ejected(6), 3, "6 x 0.6 = 3.6 -> 3");
     assert_eq!(with(0.2).max_ejected(4), 1, "4 x 0.2 = 0.8 -> at least one");
-    assert_eq!(with(0.2).max_ejected(3), 1, "a crashed one of three is ejected");
+    assert_eq!(
+        with(0.2).max_ejected(3),
+        1,
+        "a crashed one of three is ejected"
+    );
     assert_eq!(with(0.2).max_ejected(2), 1);
     assert_eq!(with(0.2).max_ejected(5), 1);
     assert_eq!(with(0.29).max_ejected(100), 29, "f64 gives 28.999...");

@@ -60,7 +60,9 @@ fn check(s: &str) -> Result<bool, String> {
         accepted = true;
         let shown = addr.to_string();
         if args::parse_addr(&shown).as_ref() != Ok(&addr) {
-            return Err(format!("parse_addr({s:?}) = {addr:?} does not re-parse from {shown:?}"));
+            return Err(format!(
+                "parse_addr({s:?}) = {addr:?} does not re-parse from {shown:?}"
+            ));
         }
     }
     if let Ok((k, v)) = args::parse_meta(s) {
@@ -98,7 +100,9 @@ fn check(s: &str) -> Result<bool, String> {
         accepted = true;
         let shown = args::format_duration(d);
         if args::parse_duration(&shown).is_err() {
-            return Err(format!("parse_duration({s:?}) = {d:?}, shown {shown:?}, does not re-parse"));
+            return Err(format!(
+                "parse_duration({s:?}) = {d:?}, shown {shown:?}, does not re-parse"
+            ));
         }
     }
     accepted |= args::parse_period(s).is_ok();

@@ -42,9 +42,11 @@ use crate::{
 };
 
 /// The peer of the harness's connection.
-const PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40_001);
+const PEER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40_001);
 /// A peer that never set a connection up.
-const STRANGER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40_002);
+const STRANGER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40_002);
 
 fn grpc_router(registry: &Registry) -> Router {
     let nacos = gangway_server::nacos::Nacos::new(registry.clone());
@@ -115,7 +117,12 @@ struct Stream {
     frames: Frames,
 }
 
-async fn open_stream(router: &Router, path: &str, peer: SocketAddr, first: Bytes) -> Option<Stream> {
+async fn open_stream(
+    router: &Router,
+    path: &str,
+    peer: SocketAddr,
+    first: Bytes,
+) -> Option<Stream> {
     let (tx, rx) = mpsc::channel(16);
     tx.send(Ok(frame(&first))).await.ok()?;
     let request = grpc_request(path, peer, Body::from_stream(ReceiverStream::new(rx)));
@@ -146,9 +153,14 @@ async fn nacos() -> anyhow::Result<Nacos> {
         "ConnectionSetupRequest",
         &json!({"clientVersion": "fuzz", "labels": {"module": "naming", "AppName": "fuzz"}, "abilityTable": {}}),
     );
-    let mut stream = open_stream(&router, "/BiRequestStream/requestBiStream", PEER, setup.encode_to_vec().into())
-        .await
-        .ok_or_else(|| anyhow::anyhow!("the Nacos stream did not open"))?;
+    let mut stream = open_stream(
+        &router,
+        "/BiRequestStream/requestBiStream",
+        PEER,
+        setup.encode_to_vec().into(),
+    )
+    .await
+    .ok_or_else(|| anyhow::anyhow!("the Nacos stream did not open"))?;
     let ack = stream
         .frames
         .next()
@@ -156,7 +168,10 @@ async fn nacos() -> anyhow::Result<Nacos> {
         .and_then(|b| npb::Payload::decode(b).ok())
         .ok_or_else(|| anyhow::anyhow!("no SetupAckRequest"))?;
     let ty = ack.metadata.map(|m| m.r#type).unwrap_or_default();
-    anyhow::ensure!(ty == "SetupAckRequest", "the stream answered {ty:?} to the setup");
+    anyhow::ensure!(
+        ty == "SetupAckRequest",
+        "the stream answered {ty:?} to the setup"
+    );
     // Reads (and drops) pushes so the connection's outbound queue never fills.
     let task = tokio::spawn(async move {
         let _tx = stream.tx;
@@ -220,7 +235,10 @@ fn nacos_request(g: &mut Gen) -> (String, Value) {
         ),
         7 => ("HealthCheckRequest".into(), json!({"requestId": "1"})),
         8 => ("ServerCheckRequest".into(), json!({"requestId": "1"})),
-        _ => ("ConfigQueryRequest".into(), json!({"requestId": "1", "dataId": "a"})),
+        _ => (
+            "ConfigQueryRequest".into(),
+            json!({"requestId": "1", "dataId": "a"}),
+        ),
     }
 }
 
@@ -254,7 +272,11 @@ fn nacos_input(g: &mut Gen) -> (Vec<u8>, String) {
     let payload = npb::Payload {
         metadata: (!g.chance(0.02)).then(|| npb::Metadata {
             r#type: ty.clone(),
-            client_ip: if g.chance(0.1) { g.string() } else { String::new() },
+            client_ip: if g.chance(0.1) {
+                g.string()
+            } else {
+                String::new()
+            },
             headers,
         }),
         body: (!g.chance(0.02)).then(|| npb::Any {
@@ -307,7 +329,12 @@ async fn nacos_one(app: &Nacos, peer: SocketAddr, message: &[u8]) -> Outcome {
     let before = digest(&app.registry);
     let request = grpc_request("/Request/request", peer, Body::from(frame(message)));
     let call = async {
-        let response = app.router.clone().oneshot(request).await.expect("infallible");
+        let response = app
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("infallible");
         let (parts, body) = response.into_parts();
         let collected = body.collect().await.ok();
         (parts, collected)
@@ -358,21 +385,37 @@ async fn nacos_one(app: &Nacos, peer: SocketAddr, message: &[u8]) -> Outcome {
 
 /// `Ok(true)`: a well-formed `ErrorResponse`; `Ok(false)`: a well-formed success.
 fn check_nacos_reply(reply: &npb::Payload) -> Result<bool, String> {
-    let ty = reply.metadata.as_ref().map(|m| m.r#type.as_str()).unwrap_or("");
-    let body = reply.body.as_ref().map(|b| b.value.as_slice()).unwrap_or(b"");
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("{ty}: body not JSON ({e})"))?;
+    let ty = reply
+        .metadata
+        .as_ref()
+        .map(|m| m.r#type.as_str())
+        .unwrap_or("");
+    let body = reply
+        .body
+        .as_ref()
+        .map(|b| b.value.as_slice())
+        .unwrap_or(b"");
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("{ty}: body not JSON ({e})"))?;
     let success = v.get("success").and_then(Value::as_bool);
     if ty == "ErrorResponse" {
         if success != Some(false)
-            || v.get("errorCode").and_then(Value::as_i64).is_none_or(|c| c == 0)
+            || v.get("errorCode")
+                .and_then(Value::as_i64)
+                .is_none_or(|c| c == 0)
             || v.get("message").and_then(Value::as_str).is_none()
         {
             return Err(format!("malformed ErrorResponse: {v}"));
         }
         return Ok(true);
     }
-    if !ty.ends_with("Response") || success != Some(true) || v.get("resultCode") != Some(&json!(200)) {
-        return Err(format!("{ty:?} is neither a success nor an ErrorResponse: {v}"));
+    if !ty.ends_with("Response")
+        || success != Some(true)
+        || v.get("resultCode") != Some(&json!(200))
+    {
+        return Err(format!(
+            "{ty:?} is neither a success nor an ErrorResponse: {v}"
+        ));
     }
     Ok(false)
 }
@@ -396,16 +439,26 @@ async fn native() -> anyhow::Result<Native> {
             client_id: "fuzz-1".into(),
         })),
     };
-    let mut stream = open_stream(&router, "/gangway.v1.Registry/Session", PEER, hello.encode_to_vec().into())
-        .await
-        .ok_or_else(|| anyhow::anyhow!("the session did not open"))?;
+    let mut stream = open_stream(
+        &router,
+        "/gangway.v1.Registry/Session",
+        PEER,
+        hello.encode_to_vec().into(),
+    )
+    .await
+    .ok_or_else(|| anyhow::anyhow!("the session did not open"))?;
     let welcome = stream
         .frames
         .next()
         .await
         .and_then(|b| pb::ServerMessage::decode(b).ok());
     anyhow::ensure!(
-        matches!(welcome, Some(pb::ServerMessage { kind: Some(pb::server_message::Kind::Welcome(_)) })),
+        matches!(
+            welcome,
+            Some(pb::ServerMessage {
+                kind: Some(pb::server_message::Kind::Welcome(_))
+            })
+        ),
         "no Welcome: {welcome:?}"
     );
     Ok(Native {
@@ -422,7 +475,11 @@ fn service_key(g: &mut Gen) -> Option<pb::ServiceKey> {
     }
     let odd = g.chance(0.15);
     let pick = |g: &mut Gen, valid: &[&str]| {
-        if odd && g.chance(0.5) { g.string() } else { (*g.pick(valid)).to_owned() }
+        if odd && g.chance(0.5) {
+            g.string()
+        } else {
+            (*g.pick(valid)).to_owned()
+        }
     };
     Some(pb::ServiceKey {
         namespace: pick(g, &["", "public", "dev"]),
@@ -437,9 +494,21 @@ fn instance_key(g: &mut Gen) -> Option<pb::InstanceKey> {
     }
     let odd = g.chance(0.15);
     Some(pb::InstanceKey {
-        ip: if odd && g.chance(0.5) { g.string() } else { (*g.pick(&["127.0.0.1", "127.0.0.2", "::1"])).to_owned() },
-        port: if odd && g.chance(0.5) { g.rng_u32() } else { *g.pick(&[8080, 8081]) },
-        cluster: if odd && g.chance(0.5) { g.string() } else { (*g.pick(&["", "DEFAULT", "b"])).to_owned() },
+        ip: if odd && g.chance(0.5) {
+            g.string()
+        } else {
+            (*g.pick(&["127.0.0.1", "127.0.0.2", "::1"])).to_owned()
+        },
+        port: if odd && g.chance(0.5) {
+            g.rng_u32()
+        } else {
+            *g.pick(&[8080, 8081])
+        },
+        cluster: if odd && g.chance(0.5) {
+            g.string()
+        } else {
+            (*g.pick(&["", "DEFAULT", "b"])).to_owned()
+        },
     })
 }
 
@@ -447,7 +516,10 @@ fn metadata(g: &mut Gen) -> HashMap<String, String> {
     let mut m = HashMap::new();
     for _ in 0..g.below(3) {
         if g.chance(0.7) {
-            m.insert((*g.pick(&["zone", "version", "preserved.heart.beat.timeout"])).to_owned(), (*g.pick(&["a", "1", "15000"])).to_owned());
+            m.insert(
+                (*g.pick(&["zone", "version", "preserved.heart.beat.timeout"])).to_owned(),
+                (*g.pick(&["a", "1", "15000"])).to_owned(),
+            );
         } else {
             m.insert(g.string(), g.string());
         }
@@ -459,18 +531,45 @@ fn metadata(g: &mut Gen) -> HashMap<String, String> {
 fn client_message(g: &mut Gen) -> pb::ClientMessage {
     use pb::client_message::Kind;
     let kind = match g.below(12) {
-        0 => Some(Kind::Hello(pb::Hello { client_name: g.string(), client_id: g.string() })),
+        0 => Some(Kind::Hello(pb::Hello {
+            client_name: g.string(),
+            client_id: g.string(),
+        })),
         1..=3 => Some(Kind::Register(pb::Register {
             service: service_key(g),
             instance: instance_key(g),
-            weight: g.chance(0.5).then(|| *g.pick(&[0.0, 1.0, 2.5, -1.0, 10_001.0, f64::NAN, f64::INFINITY, 0.0005])),
+            weight: g.chance(0.5).then(|| {
+                *g.pick(&[
+                    0.0,
+                    1.0,
+                    2.5,
+                    -1.0,
+                    10_001.0,
+                    f64::NAN,
+                    f64::INFINITY,
+                    0.0005,
+                ])
+            }),
             metadata: metadata(g),
         })),
-        4 => Some(Kind::Deregister(pb::Deregister { service: service_key(g), instance: instance_key(g) })),
-        5 => Some(Kind::Subscribe(pb::Subscribe { service: service_key(g) })),
-        6 => Some(Kind::Unsubscribe(pb::Unsubscribe { service: service_key(g) })),
-        7 => Some(Kind::Ack(pb::Ack { service: service_key(g), revision: g.rng_u64() })),
-        8 => Some(Kind::Pull(pb::Pull { service: service_key(g), known_revision: g.rng_u64() % 4 })),
+        4 => Some(Kind::Deregister(pb::Deregister {
+            service: service_key(g),
+            instance: instance_key(g),
+        })),
+        5 => Some(Kind::Subscribe(pb::Subscribe {
+            service: service_key(g),
+        })),
+        6 => Some(Kind::Unsubscribe(pb::Unsubscribe {
+            service: service_key(g),
+        })),
+        7 => Some(Kind::Ack(pb::Ack {
+            service: service_key(g),
+            revision: g.rng_u64(),
+        })),
+        8 => Some(Kind::Pull(pb::Pull {
+            service: service_key(g),
+            known_revision: g.rng_u64() % 4,
+        })),
         9 => Some(Kind::Drain(pb::Drain {
             service: service_key(g),
             instance: instance_key(g),
@@ -484,7 +583,10 @@ fn client_message(g: &mut Gen) -> pb::ClientMessage {
         })),
         _ => None,
     };
-    pb::ClientMessage { request_id: 0, kind }
+    pb::ClientMessage {
+        request_id: 0,
+        kind,
+    }
 }
 
 /// Runs the native target.
@@ -553,13 +655,23 @@ async fn native_one(app: &mut Native, mut message: pb::ClientMessage) -> Outcome
     };
     let before = digest(&app.registry);
     let exchange = async {
-        app.stream.tx.send(Ok(frame(&message.encode_to_vec()))).await.ok()?;
-        app.stream.tx.send(Ok(frame(&sentinel.encode_to_vec()))).await.ok()?;
+        app.stream
+            .tx
+            .send(Ok(frame(&message.encode_to_vec())))
+            .await
+            .ok()?;
+        app.stream
+            .tx
+            .send(Ok(frame(&sentinel.encode_to_vec())))
+            .await
+            .ok()?;
         let (mut reply, mut sentinel_seen) = (None, false);
         while !(sentinel_seen && (reply.is_some() || !expects_reply)) {
             let bytes = app.stream.frames.next().await?;
             let Ok(m) = pb::ServerMessage::decode(bytes) else {
-                return Some(Err("the server sent a message that is no ServerMessage".to_owned()));
+                return Some(Err(
+                    "the server sent a message that is no ServerMessage".to_owned()
+                ));
             };
             let rid = match &m.kind {
                 Some(pb::server_message::Kind::Reply(r)) => r.request_id,

@@ -28,7 +28,14 @@ use crate::{
 
 const SERVICES: &[&str] = &["orders", "pay"];
 const ADDRS: &[&str] = &["127.0.0.1:8080", "127.0.0.2:8080", "[::1]:9000"];
-const SCOPE: &[&str] = &["namespace", "group", "cluster", "all", "subscriber", "force"];
+const SCOPE: &[&str] = &[
+    "namespace",
+    "group",
+    "cluster",
+    "all",
+    "subscriber",
+    "force",
+];
 const NACOS_PARAMS: &[&str] = &[
     "serviceName",
     "groupName",
@@ -104,7 +111,11 @@ impl Input {
 ///
 /// Errors: none so far (the signature leaves room for setup that can fail).
 pub async fn run(options: &Options, nacos: bool) -> anyhow::Result<Report> {
-    let target = if nacos { Target::NacosHttp } else { Target::Rest };
+    let target = if nacos {
+        Target::NacosHttp
+    } else {
+        Target::Rest
+    };
     let mut g = Gen::new(options.seed);
     let mut runner = Runner::new(target, options);
     let mut app = http();
@@ -145,7 +156,12 @@ async fn one(app: &Http, input: &Input, nacos: bool) -> Outcome {
     };
     let before = digest(&app.registry);
     let call = async {
-        let response = app.router.clone().oneshot(request).await.expect("infallible");
+        let response = app
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("infallible");
         let status = response.status();
         let content_type = response
             .headers()
@@ -156,7 +172,11 @@ async fn one(app: &Http, input: &Input, nacos: bool) -> Outcome {
         let body = response.into_body().collect().await.map(|b| b.to_bytes());
         (status, content_type, body)
     };
-    let answer = tokio::time::timeout(ANSWER_TIMEOUT, std::panic::AssertUnwindSafe(call).catch_unwind()).await;
+    let answer = tokio::time::timeout(
+        ANSWER_TIMEOUT,
+        std::panic::AssertUnwindSafe(call).catch_unwind(),
+    )
+    .await;
     let (status, content_type, body) = match answer {
         Err(_) => return Outcome::TimedOut,
         Ok(Err(_)) => return Outcome::Broken("the handler panicked".into()),
@@ -193,12 +213,19 @@ async fn one(app: &Http, input: &Input, nacos: bool) -> Outcome {
 fn rest_error_shape(text: &str) -> Result<(), String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;
     let e = v.get("error").ok_or("no \"error\" object")?;
-    let code = e.get("code").and_then(Value::as_str).ok_or("no error.code")?;
+    let code = e
+        .get("code")
+        .and_then(Value::as_str)
+        .ok_or("no error.code")?;
     if code.is_empty() {
         return Err("empty error.code".into());
     }
-    e.get("message").and_then(Value::as_str).ok_or("no error.message")?;
-    if e.get("field").is_some_and(|f| !f.is_string() && !f.is_null()) {
+    e.get("message")
+        .and_then(Value::as_str)
+        .ok_or("no error.message")?;
+    if e.get("field")
+        .is_some_and(|f| !f.is_string() && !f.is_null())
+    {
         return Err("error.field is not a string".into());
     }
     Ok(())
@@ -208,8 +235,12 @@ fn rest_error_shape(text: &str) -> Result<(), String> {
 fn nacos_error_shape(content_type: &str, text: &str) -> Result<(), String> {
     if content_type.starts_with("application/json") {
         let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;
-        v.get("code").and_then(Value::as_u64).ok_or("no numeric code")?;
-        v.get("message").and_then(Value::as_str).ok_or("no message")?;
+        v.get("code")
+            .and_then(Value::as_u64)
+            .ok_or("no numeric code")?;
+        v.get("message")
+            .and_then(Value::as_str)
+            .ok_or("no message")?;
         if !v.get("data").is_some_and(Value::is_null) {
             return Err("data is not null".into());
         }
@@ -268,11 +299,17 @@ fn rest_input(g: &mut Gen) -> Input {
         (
             Method::PATCH,
             inst.clone(),
-            Some(json!({"weight": 2.0, "metadata": {"zone": "b"}, "enabled": false, "force": false})),
+            Some(
+                json!({"weight": 2.0, "metadata": {"zone": "b"}, "enabled": false, "force": false}),
+            ),
         ),
         (Method::DELETE, inst.clone(), None),
         (Method::PUT, format!("{inst}/heartbeat"), None),
-        (Method::POST, format!("{inst}/offline"), Some(json!({"force": false}))),
+        (
+            Method::POST,
+            format!("{inst}/offline"),
+            Some(json!({"force": false})),
+        ),
         (
             Method::POST,
             format!("{inst}/online"),
@@ -292,7 +329,14 @@ fn rest_input(g: &mut Gen) -> Input {
     let (mut method, path, valid) = routes[g.below(routes.len())].clone();
     if g.chance(0.03) {
         method = g
-            .pick(&[Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE, Method::OPTIONS])
+            .pick(&[
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+                Method::OPTIONS,
+            ])
             .clone();
     }
     let mut pairs: Vec<(String, String)> = Vec::new();
@@ -330,7 +374,12 @@ fn body(g: &mut Gen, valid: Option<Value>) -> (Option<&'static str>, Vec<u8>) {
     let content_type = if g.chance(0.92) {
         Some("application/json")
     } else {
-        *g.pick(&[None, Some("text/plain"), Some("application/json; charset=utf-8"), Some("application/x-www-form-urlencoded")])
+        *g.pick(&[
+            None,
+            Some("text/plain"),
+            Some("application/json; charset=utf-8"),
+            Some("application/x-www-form-urlencoded"),
+        ])
     };
     let mut value = valid.unwrap_or_else(|| json!({}));
     let body = match g.below(10) {
@@ -392,7 +441,10 @@ fn nacos_input(g: &mut Gen) -> Input {
         ("enabled", "true".into()),
         ("healthy", "true".into()),
         ("ephemeral", (*g.pick(&["true", "false"])).into()),
-        ("metadata", json!({"zone": "a", "preserved.heart.beat.timeout": "15000"}).to_string()),
+        (
+            "metadata",
+            json!({"zone": "a", "preserved.heart.beat.timeout": "15000"}).to_string(),
+        ),
         ("beat", beat.to_string()),
         ("udpPort", "5000".into()),
         ("clusters", "DEFAULT,b".into()),

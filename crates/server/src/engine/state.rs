@@ -28,7 +28,9 @@ impl MarkEntry {
     /// A new mark of an instance that is present.
     pub(crate) fn new(until_gone: bool) -> Self {
         MarkEntry {
-            mark: OfflineMark { since_ms: super::now_ms() },
+            mark: OfflineMark {
+                since_ms: super::now_ms(),
+            },
             gone_since: None,
             until_gone,
         }

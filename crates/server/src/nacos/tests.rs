@@ -544,7 +544,8 @@ async fn grpc_register_subscribe_push_ack_and_connection_end() {
     let registry = g.registry.clone();
     eventually("the push acked", || {
         registry.subscribers(&key)[0].acked_revision == revision
-    }).await;
+    })
+    .await;
 
     // The connection's stream ends: its instance and its subscription go at once.
     drop(tx);
@@ -578,7 +579,10 @@ async fn grpc_subscribe_during_the_warm_up_succeeds_with_no_hosts() {
     assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
     assert_eq!(body(&reply)["resultCode"], 200);
     assert_eq!(body(&reply)["serviceInfo"]["hosts"], json!([]));
-    assert_eq!(g.registry.subscribers(&ServiceKey::named("orders")).len(), 1);
+    assert_eq!(
+        g.registry.subscribers(&ServiceKey::named("orders")).len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -655,7 +659,8 @@ async fn grpc_client_detection_keeps_answering_clients_and_closes_silent_ones() 
     let registry = g.registry.clone();
     eventually("the connection's instance gone", || {
         registry.view(&key).instances.is_empty()
-    }).await;
+    })
+    .await;
     drop(tx);
 }
 

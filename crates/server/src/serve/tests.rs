@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gangway_proto::v1 as pb;
+use gangway_testkit::poll;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use gangway_testkit::poll;
 use tokio::time::Instant;
 
 use super::head::{MAX_HEAD, MAX_HEADERS, MAX_LINE, Scan, Verdict};

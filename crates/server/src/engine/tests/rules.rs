@@ -282,7 +282,10 @@ async fn a_drained_instance_serves_again_when_it_comes_back_an_offline_one_does_
     assert!(stored_mark());
     r.deregister(&svc(), &inst(1).key, false).await.unwrap();
     r.register(svc(), inst(1), lease()).await.unwrap();
-    assert!(!enabled(&r), "an operator's offline survives re-registration");
+    assert!(
+        !enabled(&r),
+        "an operator's offline survives re-registration"
+    );
     // A drain over it does not weaken it.
     r.drain(&svc(), &inst(1).key, Duration::from_millis(50), false)
         .await

@@ -64,6 +64,9 @@ pub(crate) struct State {
     pub(crate) pending_kinds: HashMap<ServiceKey, (Kind, usize)>,
     /// When each lease must be looked at next.
     pub(crate) leases: LeaseQueue,
+    /// A task is waiting to remove instances whose grace ended (`Registry::expire_grace_at`):
+    /// one for the whole registry, set and cleared under this lock.
+    pub(crate) grace_timer: bool,
 }
 
 /// What a [`Reservation`] holds.

@@ -95,6 +95,10 @@ pub struct ServerArgs {
     /// HTTP: a keep-alive connection with nothing in flight is closed after this.
     #[arg(long, default_value_t = Dur(config::DEFAULT_HTTP_IDLE_TIMEOUT), value_name = "DURATION")]
     pub http_idle_timeout: Dur,
+    /// HTTP: a request body must be complete within this of its head, however steadily it
+    /// trickles in, or the request gets 408 `request_timeout`.
+    #[arg(long, default_value_t = Dur(config::DEFAULT_HTTP_BODY_TIMEOUT), value_name = "DURATION")]
+    pub http_body_timeout: Dur,
     /// HTTP: most open connections; more get 503 `overloaded`. `auto`: from the open-file
     /// limit (three quarters of it shared by both ports, at most 10000 each).
     #[arg(long, default_value = "auto", value_parser = parse_max_connections, value_name = "N|auto")]
@@ -191,6 +195,7 @@ impl ServerArgs {
         c.shutdown_timeout = self.shutdown_timeout.0;
         c.connections.http_header_timeout = self.http_header_timeout.0;
         c.connections.http_idle_timeout = self.http_idle_timeout.0;
+        c.connections.http_body_timeout = self.http_body_timeout.0;
         c.connections.http_max = self.http_max_connections.get();
         c.connections.grpc_handshake_timeout = self.grpc_handshake_timeout.0;
         c.connections.grpc_max = self.grpc_max_connections.get();
@@ -308,12 +313,13 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let (http_max, grpc_max) = server.max_connections;
     println!(
         "gangway server {} listening: http={} grpc={} data-dir={} warm-up={} \
-         max-connections={http_max}/{grpc_max} fd-limit={fd_limit} auth={}",
+         max-connections={http_max}/{grpc_max} budget={} fd-limit={fd_limit} auth={}",
         env!("CARGO_PKG_VERSION"),
         server.http_addr,
         server.grpc_addr,
         args.data_dir.display(),
         format_duration(config.warmup),
+        server.connection_budget,
         if authority.is_on() { "on" } else { "off" },
     );
     loop {
@@ -373,6 +379,7 @@ mod tests {
         assert_eq!(c.connections, config::Connections::default());
         assert_eq!(c.connections.http_header_timeout, Duration::from_secs(30));
         assert_eq!(c.connections.http_idle_timeout, Duration::from_secs(75));
+        assert_eq!(c.connections.http_body_timeout, Duration::from_secs(10));
         assert_eq!(
             c.connections.grpc_handshake_timeout,
             Duration::from_secs(10)
@@ -420,6 +427,8 @@ mod tests {
             "5s",
             "--http-idle-timeout",
             "1m",
+            "--http-body-timeout",
+            "3s",
             "--http-max-connections",
             "100",
             "--grpc-max-connections",
@@ -433,6 +442,7 @@ mod tests {
         assert_eq!(c.shutdown_timeout, Duration::from_secs(2));
         assert_eq!(c.connections.http_header_timeout, Duration::from_secs(5));
         assert_eq!(c.connections.http_idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.connections.http_body_timeout, Duration::from_secs(3));
         assert_eq!(c.connections.http_max, Some(100));
         assert_eq!(c.connections.grpc_max, None);
         assert_eq!(

@@ -468,7 +468,22 @@ fn server_flag_defaults_are_the_config_defaults() {
 /// Every parse error of `gangway run` is one line naming the argument, and its field.
 #[test]
 fn run_parse_errors_are_one_line_naming_the_argument() {
-    let cases: [(&[&str], &str, &str); 5] = [
+    let cases: [(&[&str], &str, &str); 6] = [
+        (
+            &[
+                "run",
+                "--service",
+                "s",
+                "--port",
+                "1",
+                "--registry",
+                "127.0.0.1:99999",
+                "--",
+                "x",
+            ],
+            "--registry",
+            "invalid value '127.0.0.1:99999' for '--registry <HOST:PORT>'",
+        ),
         (
             &["run", "--port", "80", "--", "x"],
             "--service",

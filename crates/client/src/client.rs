@@ -103,14 +103,50 @@ impl Client {
     /// retrying; [`Error::Connect`] (with the last failure) when no session was established in
     /// time — the background task is stopped then.
     pub async fn connect(config: ClientConfig) -> Result<Client, Error> {
+        let client = Client::start(config)?;
+        let deadline = client.inner.config.request_timeout;
+        match client.first_session(deadline).await {
+            Ok(()) => Ok(client),
+            Err(e) => {
+                client.close();
+                Err(e)
+            }
+        }
+    }
+
+    /// Validates `config` and starts the session task without waiting for the registry: the
+    /// client connects (and reconnects) with backoff in the background, and requests made
+    /// meanwhile wait for the first session, each for at most its timeout. For programs that
+    /// must come up before the registry does (`gangway proxy`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad config.
+    pub fn start(config: ClientConfig) -> Result<Client, Error> {
         config.validate()?;
         let endpoint = config.endpoint()?;
         let (commands, command_rx) = mpsc::unbounded_channel();
-        let (state_tx, mut state) = watch::channel(SessionState::default());
+        let (state_tx, state) = watch::channel(SessionState::default());
         tokio::spawn(Worker::new(config.clone(), endpoint, command_rx, state_tx).run());
-        let deadline = config.request_timeout;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                config,
+                commands,
+                state,
+            }),
+        })
+    }
+
+    /// Waits for the registry's first `Welcome` (at once when there was one), at most
+    /// `timeout`. Cancel-safe.
+    ///
+    /// # Errors
+    /// [`Error::Unauthorized`] at once when the registry refused the credentials;
+    /// [`Error::Connect`] with the last connect failure when `timeout` passed first,
+    /// [`Error::Closed`] when the client was closed.
+    pub async fn first_session(&self, timeout: Duration) -> Result<(), Error> {
+        let mut state = self.inner.state.clone();
         let welcomed = tokio::time::timeout(
-            deadline,
+            timeout,
             state.wait_for(|s| s.info.is_some() || s.refused.is_some()),
         )
         .await
@@ -120,26 +156,16 @@ impl Client {
             return Err(error);
         }
         match welcomed {
-            Ok(true) => Ok(Client {
-                inner: Arc::new(Inner {
-                    config,
-                    commands,
-                    state,
-                }),
-            }),
+            Ok(true) => Ok(()),
             Ok(false) => Err(Error::Closed),
-            Err(_) => {
-                let _ = commands.send(Command::Close);
-                let reason = state
+            Err(_) => Err(Error::Connect {
+                address: self.inner.config.address.clone(),
+                reason: state
                     .borrow()
                     .last_error
                     .clone()
-                    .unwrap_or_else(|| format!("no session within {deadline:?}"));
-                Err(Error::Connect {
-                    address: config.address,
-                    reason,
-                })
-            }
+                    .unwrap_or_else(|| format!("no session within {timeout:?}")),
+            }),
         }
     }
 

@@ -736,10 +736,7 @@ enum OpenFailure {
     /// Transport, handshake or a transient refusal: try again after the backoff.
     Retry(String),
     /// The registry refused the credentials (`unauthenticated`) or their role (`forbidden`).
-    Refused {
-        code: &'static str,
-        message: String,
-    },
+    Refused { code: &'static str, message: String },
 }
 
 impl From<String> for OpenFailure {

@@ -7,9 +7,12 @@
 //! | code | status | when |
 //! |---|---|---|
 //! | `bad_host` | 400 | the host names no service (see [`naming`](crate::naming)) |
+//! | `bad_host` | 400 | two `Host` headers |
+//! | `unsupported_scheme` | 400 | an absolute-form target that is not `http://` (`https://...`: the proxy neither tunnels nor originates TLS) |
 //! | `method_not_supported` | 501 | `CONNECT` (the proxy does not tunnel) |
 //! | `body_too_large` | 413 | the request body exceeds `max_request_body` |
 //! | `bad_request_body` | 400 | the request body broke off |
+//! | `request_timeout` | 408 | the request body did not arrive within [`BODY_READ_TIMEOUT`](crate::proxy::BODY_READ_TIMEOUT) (10 s) |
 //! | `unknown_service` | 503 | the registry has never had an instance of the service |
 //! | `no_instance` | 503 | the service has no instance that may take requests |
 //! | `too_many_services` | 503 | routing one more service would exceed `max_services` |
@@ -36,6 +39,15 @@ pub enum ProxyError {
         /// Why.
         reason: String,
     },
+    /// An absolute-form target whose scheme is not `http`.
+    #[error(
+        "{scheme}:// targets are not supported: the proxy speaks plain HTTP to instances and does \
+         not tunnel TLS; send http://SERVICE/path"
+    )]
+    UnsupportedScheme {
+        /// The scheme, e.g. `https`.
+        scheme: String,
+    },
     /// `CONNECT` and other methods the proxy cannot forward.
     #[error(
         "method {method} is not supported: the proxy forwards HTTP requests, it does not tunnel"
@@ -49,6 +61,12 @@ pub enum ProxyError {
     BodyTooLarge {
         /// The limit in bytes.
         limit: usize,
+    },
+    /// The request body did not arrive in time (a client trickling it).
+    #[error("the request body did not arrive within {after_ms} ms")]
+    BodyTimeout {
+        /// The bound, ms.
+        after_ms: u64,
     },
     /// The request body broke off while it was read.
     #[error("the request body broke off: {reason}")]
@@ -99,9 +117,11 @@ impl ProxyError {
     pub fn code(&self) -> &'static str {
         match self {
             ProxyError::BadHost { .. } => "bad_host",
+            ProxyError::UnsupportedScheme { .. } => "unsupported_scheme",
             ProxyError::MethodNotSupported { .. } => "method_not_supported",
             ProxyError::BodyTooLarge { .. } => "body_too_large",
             ProxyError::BadRequestBody { .. } => "bad_request_body",
+            ProxyError::BodyTimeout { .. } => "request_timeout",
             ProxyError::UnknownService { .. } => "unknown_service",
             ProxyError::NoInstance { .. } => "no_instance",
             ProxyError::TooManyServices { .. } => "too_many_services",
@@ -113,11 +133,12 @@ impl ProxyError {
     /// The HTTP status of the answer.
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::BadHost { .. } | ProxyError::BadRequestBody { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            ProxyError::BadHost { .. }
+            | ProxyError::UnsupportedScheme { .. }
+            | ProxyError::BadRequestBody { .. } => StatusCode::BAD_REQUEST,
             ProxyError::MethodNotSupported { .. } => StatusCode::NOT_IMPLEMENTED,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ProxyError::UnknownService { .. }
             | ProxyError::NoInstance { .. }
             | ProxyError::TooManyServices { .. }
@@ -194,12 +215,19 @@ mod tests {
         let cases = [
             (ProxyError::BadHost { reason: "r".into() }, 400),
             (
+                ProxyError::UnsupportedScheme {
+                    scheme: "https".into(),
+                },
+                400,
+            ),
+            (
                 ProxyError::MethodNotSupported {
                     method: "CONNECT".into(),
                 },
                 501,
             ),
             (ProxyError::BodyTooLarge { limit: 1 }, 413),
+            (ProxyError::BodyTimeout { after_ms: 1 }, 408),
             (ProxyError::NoInstance { service: s.clone() }, 503),
             (
                 ProxyError::TooManyServices {

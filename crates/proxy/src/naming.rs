@@ -14,18 +14,24 @@
 use gangway_core::model::ServiceKey;
 use http::uri::Authority;
 
-/// The host of a request: the URI's authority, else the `Host` header; without the port.
+/// The host of a request: the URI's authority (absolute-form `GET http://orders/x`, or
+/// HTTP/2's `:authority`), else the `Host` header; without the port. A `Host` header that
+/// disagrees with an absolute URI is ignored, as RFC 9112 §3.2.2 asks of a proxy.
 ///
 /// # Errors
-/// A one-line reason when neither is present or the `Host` header is not an authority.
+/// A one-line reason when neither is present, when there is more than one `Host` header
+/// (RFC 9112 §3.2: 400), or when the `Host` header is not an authority.
 pub fn request_host<B>(request: &http::Request<B>) -> Result<String, String> {
+    let mut hosts = request.headers().get_all(http::header::HOST).iter();
+    let header = hosts.next();
+    if hosts.next().is_some() {
+        return Err("more than one Host header: send exactly one".to_owned());
+    }
     if let Some(authority) = request.uri().authority() {
         return Ok(authority.host().to_owned());
     }
-    let header = request
-        .headers()
-        .get(http::header::HOST)
-        .ok_or("no host: send an absolute URI (http://SERVICE/path) or a Host header")?;
+    let header =
+        header.ok_or("no host: send an absolute URI (http://SERVICE/path) or a Host header")?;
     let text = header
         .to_str()
         .map_err(|_| "the Host header is not ASCII".to_owned())?;
@@ -144,5 +150,18 @@ mod tests {
             .body(())
             .unwrap();
         assert!(request_host(&bad).is_err());
+    }
+
+    #[test]
+    fn two_host_headers_are_refused_in_either_form() {
+        for uri in ["/x", "http://orders/x"] {
+            let twice = http::Request::get(uri)
+                .header("host", "orders")
+                .header("host", "payments")
+                .body(())
+                .unwrap();
+            let e = request_host(&twice).unwrap_err();
+            assert!(e.contains("more than one Host header"), "{uri}: {e}");
+        }
     }
 }

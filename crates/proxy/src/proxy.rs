@@ -8,8 +8,11 @@
 //!
 //! Hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and the fields it names, `Keep-Alive`,
 //! `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) and `Proxy-Authorization`
-//! are not forwarded in either direction; `Host` is kept (set from the request's authority when
-//! the client sent none, as HTTP/2 clients do).
+//! are not forwarded in either direction. `Host` is the request's authority when it has one
+//! (absolute-form `GET http://orders/x`, HTTP/2's `:authority`; RFC 9112 §3.2.2), else the
+//! client's `Host`; a request with two `Host` headers gets 400. Only `http` targets are
+//! forwarded: an `https://` absolute-form target gets 400 `unsupported_scheme` (the proxy
+//! neither tunnels nor originates TLS).
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -42,6 +45,10 @@ pub const ATTEMPTS_HEADER: &str = "x-gangway-attempts";
 /// so head and body leave in one write (a streamed small body costs a second write and a
 /// second wake-up of the client); larger or chunked answers stream: 64 KiB.
 pub const BUFFERED_ANSWER: u64 = 64 * 1024;
+
+/// A request body must be read whole within this from the end of its head (a client that
+/// trickles it gets 408 `request_timeout`, as the registry's `--http-body-timeout`): 10 s.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The body of every answer: an instance's, streamed, or the proxy's own JSON.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -162,6 +169,20 @@ impl Proxy {
         }
     }
 
+    /// Why no request can be routed yet: the registry client never had a session (the proxy
+    /// started before the registry). Once it had one, cached views serve through outages.
+    fn no_registry_yet(&self) -> Option<String> {
+        let Source::Registry(client) = &self.inner.source else {
+            return None;
+        };
+        client.session().is_none().then(|| {
+            format!(
+                "no session with the registry at {} yet; retrying",
+                client.config().address
+            )
+        })
+    }
+
     /// The registry client, when the source is one.
     pub fn registry(&self) -> Option<&Client> {
         match &self.inner.source {
@@ -249,16 +270,33 @@ impl Proxy {
                 },
             ));
         }
+        if let Some(scheme) = request.uri().scheme_str().filter(|s| *s != "http") {
+            return Err((
+                None,
+                ProxyError::UnsupportedScheme {
+                    scheme: scheme.to_owned(),
+                },
+            ));
+        }
         let routing = self.routing();
         let host = naming::request_host(&request).map_err(|reason| (None, bad_host(reason)))?;
         let (key, settings) = routing
             .route(&host)
             .map_err(|reason| (None, bad_host(reason)))?;
+        if let Some(reason) = self.no_registry_yet() {
+            return Err((
+                None,
+                ProxyError::RegistryUnavailable {
+                    service: key,
+                    reason,
+                },
+            ));
+        }
         let route = self
             .route(&key, &settings, &routing)
             .map_err(|e| (None, e))?;
         let fail = |e| (Some(route.clone()), e);
-        let request = into_request(request, &host, &route, routing.max_request_body)
+        let request = into_request(request, &route, routing.max_request_body)
             .await
             .map_err(fail)?;
         match route.http.send_streaming(request).await {
@@ -377,11 +415,11 @@ fn bad_host(reason: String) -> ProxyError {
     ProxyError::BadHost { reason }
 }
 
-/// The client crate's request for `request`: URL naming the service, forwardable headers,
-/// the body read (at most `limit` bytes), idempotency from the service's settings.
+/// The client crate's request for `request`: URL naming the service, forwardable headers
+/// (`Host` from the authority when the request has one), the body read (at most `limit`
+/// bytes), idempotency from the service's settings.
 async fn into_request<B>(
     request: Request<B>,
-    host: &str,
     route: &Route,
     limit: usize,
 ) -> Result<HttpRequest, ProxyError>
@@ -397,9 +435,12 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ProxyError::BodyTooLarge { limit });
     }
-    let body = Limited::new(body, limit)
-        .collect()
+    let read = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect());
+    let body = read
         .await
+        .map_err(|_| ProxyError::BodyTimeout {
+            after_ms: BODY_READ_TIMEOUT.as_millis() as u64,
+        })?
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 ProxyError::BodyTooLarge { limit }
@@ -416,8 +457,10 @@ where
     headers.remove(header::PROXY_AUTHORIZATION);
     // The body is read already: the instance must not wait for a 100-continue.
     headers.remove(header::EXPECT);
-    if let Ok(value) = HeaderValue::from_str(host) {
-        headers.entry(header::HOST).or_insert(value);
+    if let Some(authority) = parts.uri.authority()
+        && let Ok(value) = HeaderValue::from_str(authority.as_str())
+    {
+        headers.insert(header::HOST, value);
     }
     Ok(HttpRequest {
         idempotent: Some(route.settings.is_idempotent(&parts.method)),

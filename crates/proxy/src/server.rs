@@ -2,6 +2,7 @@
 //! process around them (SIGHUP reloads the config, SIGTERM/SIGINT drain the listener).
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,13 +19,15 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
 
 use crate::admin::{self, AdminState, Reloads};
 use crate::config::{Config, Overrides};
 use crate::metrics::ProxyMetrics;
 use crate::proxy::{Proxy, Source};
 
-/// A request's head must arrive within this on HTTP/1.1 connections (slow clients): 30 s.
+/// A request's head must arrive within this on HTTP/1.1 connections (slow clients), and a new
+/// connection's first byte on any (an idle one that sends nothing is closed then): 30 s.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most concurrent streams of one HTTP/2 connection: 256.
 pub const MAX_CONCURRENT_STREAMS: u32 = 256;
@@ -84,15 +87,22 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(proxy.handle(request).await) }
             })
         };
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let (builder, watcher) = (builder.clone(), graceful.watcher());
         let connections = connections.clone();
         connections.inc();
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "downstream connection ended with an error");
+            // The auto builder reads the first bytes to tell HTTP/1.1 from h2c before any of
+            // its own timeouts runs: a connection that sends nothing at all would hold its
+            // permit for ever. It gets HEADER_READ_TIMEOUT for its first byte, like a head.
+            let mut first = [0u8; 1];
+            let spoke = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await;
+            if matches!(spoke, Ok(Ok(n)) if n > 0) {
+                let connection = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned();
+                if let Err(e) = watcher.watch(connection).await {
+                    tracing::debug!(error = %e, "downstream connection ended with an error");
+                }
             }
             connections.dec();
             drop(permit);
@@ -129,9 +139,12 @@ pub struct RunOptions {
 /// Runs `gangway proxy` until SIGTERM or SIGINT.
 ///
 /// Start-up: reads the config (an error stops it: nothing is served), installs the signal
-/// handlers, binds both listeners, connects to the registry (waiting at most the client's
-/// request timeout, 10 s), subscribes to the configured services, then prints one line on
-/// stdout: `gangway proxy listen=ADDR admin=ADDR|off registry=ADDR`.
+/// handlers, binds both listeners, starts the registry session in the background, then prints
+/// one line on stdout: `gangway proxy listen=ADDR admin=ADDR|off registry=ADDR`. A registry
+/// that is not reachable yet does not stop it: it logs a warning once the client's request
+/// timeout (10 s) passed without a session, keeps trying with backoff, and meanwhile answers
+/// every proxied request `503 registry_unavailable` and `/ready` 503; once the session is up it
+/// logs `connected to the registry` and subscribes to the configured services.
 ///
 /// SIGHUP re-reads the file: a good one replaces the routing (services whose settings
 /// changed get a new pipeline); a bad one keeps the old config and logs one line
@@ -139,11 +152,12 @@ pub struct RunOptions {
 /// `max_connections` and `shutdown_timeout` are read at start only.
 ///
 /// SIGTERM/SIGINT: `/ready` turns 503, the listener closes, requests in flight finish
-/// (at most `shutdown_timeout`), the registry session closes, and it prints
-/// `stopped in_flight=N` (the connections cut at the timeout, 0 after a clean drain).
+/// (at most `shutdown_timeout`), the registry session closes, the admin listener closes last
+/// (so `/ready` answers 503 throughout the drain), and it prints `stopped in_flight=N` (the
+/// connections cut at the timeout, 0 after a clean drain).
 ///
 /// # Errors
-/// A bad config, a listener that cannot be bound, a registry that cannot be reached.
+/// A bad config, a listener that cannot be bound.
 pub async fn run(options: RunOptions) -> anyhow::Result<()> {
     let file = options.config.clone();
     let config = Config::load(file.as_deref(), &options.overrides)?;
@@ -151,23 +165,11 @@ pub async fn run(options: RunOptions) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("bind the proxy listener {}", config.listen))?;
-    let admin_listener = match config.admin {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("bind the admin listener {addr}"))?,
-        ),
-        None => None,
-    };
-    let client = Client::connect(
+    let client = Client::start(
         ClientConfig::new(config.registry.clone())
             .with_client_name(format!("gangway-proxy/{}", std::process::id())),
     )
-    .await
-    .with_context(|| format!("cannot reach the registry at {}", config.registry))?;
+    .with_context(|| format!("registry address {}", config.registry))?;
 
     let mut registry = Registry::default();
     let metrics = ProxyMetrics::register(&mut registry);
@@ -178,41 +180,15 @@ pub async fn run(options: RunOptions) -> anyhow::Result<()> {
         OutlierMetrics::register(&mut registry),
         AttemptMetrics::register(&mut registry),
     );
-    proxy.subscribe_configured().await;
     let reloads = Arc::new(Reloads::new(file.as_deref()));
-    let shutting_down = Arc::new(AtomicBool::new(false));
-    let (stop_tx, stop_rx) = watch::channel(false);
-
-    let listen_addr = listener.local_addr()?;
-    let admin_addr = match &admin_listener {
-        Some(l) => l.local_addr()?.to_string(),
-        None => "off".to_owned(),
-    };
-    let admin_task = admin_listener.map(|l| {
-        let app = admin::router(AdminState {
-            proxy: proxy.clone(),
-            registry: Arc::new(registry),
-            reloads: reloads.clone(),
-            shutting_down: shutting_down.clone(),
-        });
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            axum::serve(l, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        })
-    });
-    let data = tokio::spawn(serve(
-        listener,
-        proxy.clone(),
-        config.max_connections,
-        stop_rx,
-        config.shutdown_timeout,
-    ));
+    let running = Running::start(&config, proxy.clone(), registry, reloads.clone()).await?;
+    tokio::spawn(first_session(client.clone(), proxy.clone()));
     println!(
-        "gangway proxy listen={listen_addr} admin={admin_addr} registry={}",
+        "gangway proxy listen={} admin={} registry={}",
+        running.listen,
+        running
+            .admin
+            .map_or_else(|| "off".to_owned(), |a| a.to_string()),
         config.registry
     );
 
@@ -223,15 +199,121 @@ pub async fn run(options: RunOptions) -> anyhow::Result<()> {
             _ = int.recv() => break,
         }
     }
-    shutting_down.store(true, Ordering::Relaxed);
-    let _ = stop_tx.send(true);
-    let cut = data.await.context("proxy listener task")?;
-    if let Some(task) = admin_task {
-        let _ = task.await;
-    }
-    client.close();
+    let cut = running.stop(|| client.close()).await;
     println!("stopped in_flight={cut}");
     Ok(())
+}
+
+/// Waits for the registry's first session, saying so in the log when it takes longer than the
+/// client's request timeout, then subscribes to the configured services.
+async fn first_session(client: Client, proxy: Proxy) {
+    let patience = client.config().request_timeout;
+    if let Err(e) = client.first_session(patience).await {
+        tracing::warn!(
+            registry = %client.config().address,
+            error = %e,
+            "the registry is not reachable yet; answering 503 registry_unavailable until it is (retrying with backoff)"
+        );
+        if client.first_session(Duration::MAX).await.is_err() {
+            return;
+        }
+    }
+    tracing::info!(registry = %client.config().address, "connected to the registry");
+    proxy.subscribe_configured().await;
+}
+
+/// The proxy's listeners, serving: the data plane and the admin endpoints.
+pub struct Running {
+    /// The proxy listener's address.
+    pub listen: SocketAddr,
+    /// The admin listener's address (`None`: off).
+    pub admin: Option<SocketAddr>,
+    shutting_down: Arc<AtomicBool>,
+    stop_data: watch::Sender<bool>,
+    stop_admin: watch::Sender<bool>,
+    data: JoinHandle<usize>,
+    admin_task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// Binds `config.listen` and `config.admin` and serves `proxy` on the first, the admin
+    /// endpoints (over `registry`'s metrics and `reloads`) on the second.
+    ///
+    /// # Errors
+    /// A listener that cannot be bound.
+    pub async fn start(
+        config: &Config,
+        proxy: Proxy,
+        registry: Registry,
+        reloads: Arc<Reloads>,
+    ) -> anyhow::Result<Running> {
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("bind the proxy listener {}", config.listen))?;
+        let admin_listener = match config.admin {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("bind the admin listener {addr}"))?,
+            ),
+            None => None,
+        };
+        let listen = listener.local_addr()?;
+        let admin = admin_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
+        let shutting_down = Arc::new(AtomicBool::new(false));
+        let (stop_data, data_rx) = watch::channel(false);
+        let (stop_admin, mut admin_rx) = watch::channel(false);
+        let admin_task = admin_listener.map(|l| {
+            let app = admin::router(AdminState {
+                proxy: proxy.clone(),
+                registry: Arc::new(registry),
+                reloads,
+                shutting_down: shutting_down.clone(),
+            });
+            tokio::spawn(async move {
+                axum::serve(l, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = admin_rx.wait_for(|s| *s).await;
+                    })
+                    .await
+            })
+        });
+        let data = tokio::spawn(serve(
+            listener,
+            proxy,
+            config.max_connections,
+            data_rx,
+            config.shutdown_timeout,
+        ));
+        Ok(Running {
+            listen,
+            admin,
+            shutting_down,
+            stop_data,
+            stop_admin,
+            data,
+            admin_task,
+        })
+    }
+
+    /// The drain: `/ready` turns 503, the proxy listener closes and its requests in flight
+    /// finish (at most `shutdown_timeout`), then `before_admin` runs (closing the registry
+    /// session, say) and the admin listener closes last. Returns the connections cut at the
+    /// timeout (0 after a clean drain).
+    pub async fn stop(self, before_admin: impl FnOnce()) -> usize {
+        self.shutting_down.store(true, Ordering::Relaxed);
+        let _ = self.stop_data.send(true);
+        let cut = self.data.await.unwrap_or_default();
+        before_admin();
+        let _ = self.stop_admin.send(true);
+        if let Some(task) = self.admin_task {
+            let _ = task.await;
+        }
+        cut
+    }
 }
 
 /// SIGHUP: re-reads the file; keeps the running config when it is bad.

@@ -50,7 +50,13 @@ struct Running {
     arrived: Option<oneshot::Receiver<()>>,
 }
 
-async fn start() -> Running {
+/// The [`backend`]'s `release` and `arrived` ends and a view of `orders` holding it, which
+/// never changes.
+async fn slow_orders() -> (
+    oneshot::Sender<()>,
+    oneshot::Receiver<()>,
+    watch::Receiver<Arc<View>>,
+) {
     let (release, release_rx) = oneshot::channel();
     let (arrived_tx, arrived) = oneshot::channel();
     let key = backend(release_rx, arrived_tx).await;
@@ -61,6 +67,11 @@ async fn start() -> Running {
     };
     let (tx, rx) = watch::channel(Arc::new(view));
     std::mem::forget(tx); // the view never changes
+    (release, arrived, rx)
+}
+
+async fn start() -> Running {
+    let (release, arrived, rx) = slow_orders().await;
     let config = Config::from_overrides(&Overrides::default()).unwrap();
     let proxy = Proxy::new(
         Source::Views(vec![(ServiceKey::named("orders"), rx)]),
@@ -168,4 +179,118 @@ async fn shutdown_closes_the_listener_and_finishes_the_request_in_flight() {
         .expect("serve returned after the drain")
         .unwrap();
     assert_eq!(cut, 0, "no connection was cut");
+}
+
+/// A config listening on ephemeral loopback ports, the admin port included.
+fn ephemeral() -> Config {
+    let mut overrides = Overrides::default();
+    overrides.listen = Some("127.0.0.1:0".parse().unwrap());
+    overrides.admin = Some(Some("127.0.0.1:0".parse().unwrap()));
+    Config::from_overrides(&overrides).unwrap()
+}
+
+/// The proxy over `source`, listening as [`ephemeral`] says, admin port included.
+async fn listening(source: Source) -> gangway_proxy::server::Running {
+    let config = ephemeral();
+    let proxy = Proxy::new(
+        source,
+        config.routing.clone(),
+        ProxyMetrics::default(),
+        Default::default(),
+        Default::default(),
+    );
+    gangway_proxy::server::Running::start(&config, proxy, Default::default(), Default::default())
+        .await
+        .expect("the listeners bind")
+}
+
+/// A port nothing listens on.
+async fn dead_port() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_proxy_started_before_its_registry_serves_503_and_is_not_ready() {
+    let registry = dead_port().await;
+    let client = gangway_client::Client::start(gangway_client::ClientConfig::new(registry))
+        .expect("a valid config");
+    let running = listening(Source::Registry(client.clone())).await;
+    let via_proxy = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{}", running.listen)).unwrap())
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let answer = via_proxy.get("http://orders/ping").send().await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(answer.status(), 503);
+    assert_eq!(answer.headers()["x-gangway-error"], "registry_unavailable");
+    let body: serde_json::Value = answer.json().await.unwrap();
+    println!("no registry yet: 503 in {took:?} {body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("no session with the registry"),
+        "{body}"
+    );
+    assert!(took < Duration::from_secs(1), "answered at once: {took:?}");
+    let admin = running.admin.unwrap();
+    let ready = reqwest::get(format!("http://{admin}/ready")).await.unwrap();
+    assert_eq!(ready.status(), 503);
+    assert_eq!(running.stop(|| client.close()).await, 0);
+}
+
+#[tokio::test]
+async fn the_admin_port_answers_ready_503_until_the_drain_ends() {
+    let (release, arrived, rx) = slow_orders().await;
+    let running = listening(Source::Views(vec![(ServiceKey::named("orders"), rx)])).await;
+    let (listen, admin) = (running.listen, running.admin.unwrap());
+    let ready = || async move {
+        reqwest::get(format!("http://{admin}/ready"))
+            .await
+            .map(|r| r.status().as_u16())
+    };
+    assert_eq!(ready().await.unwrap(), 200);
+    let in_flight = tokio::spawn(async move {
+        reqwest::Client::new()
+            .get(format!("http://{listen}/slow"))
+            .header("host", "orders")
+            .send()
+            .await?
+            .text()
+            .await
+    });
+    tokio::time::timeout(Duration::from_secs(10), arrived)
+        .await
+        .expect("the request reached the instance")
+        .unwrap();
+    let (admin_closed_tx, admin_closed) = oneshot::channel();
+    let stopping = tokio::spawn(running.stop(move || {
+        let _ = admin_closed_tx.send(());
+    }));
+    // While the request drains, the admin port stays up and says not ready.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match ready().await {
+            Ok(503) => break,
+            Ok(200) => {}
+            other => panic!("the admin port must answer during the drain: {other:?}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "/ready stayed 200");
+        tokio::task::yield_now().await;
+    }
+    assert!(!in_flight.is_finished());
+    assert_eq!(ready().await.unwrap(), 503, "still up, still not ready");
+    release.send(()).unwrap();
+    assert_eq!(in_flight.await.unwrap().unwrap(), "slow pong");
+    let cut = tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("the drain ended")
+        .unwrap();
+    assert_eq!(cut, 0);
+    admin_closed
+        .await
+        .expect("the admin port closed after the drain");
+    assert!(ready().await.is_err(), "the admin port is closed at exit");
 }

@@ -71,6 +71,11 @@ pub const DEFAULT_HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default HTTP idle keep-alive timeout: a connection with no request in flight and no byte of
 /// the next one is closed after this (nginx's `keepalive_timeout`): 75 s.
 pub const DEFAULT_HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
+/// Default HTTP request body timeout: a request body must be complete within this of the end
+/// of its head, however steadily it trickles in; otherwise the request is answered `408`
+/// `request_timeout` and the connection closed: 10 s. The largest body the API accepts (2 MiB)
+/// needs 200 KiB/s for it; registry bodies are a few hundred bytes.
+pub const DEFAULT_HTTP_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default gRPC handshake timeout: a connection must send the HTTP/2 client preface within this
 /// of its accept; afterwards HTTP/2 keepalive pings decide: 10 s.
 pub const DEFAULT_GRPC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -225,6 +230,10 @@ pub struct Connections {
     /// HTTP: an idle keep-alive connection is closed after this (default
     /// [`DEFAULT_HTTP_IDLE_TIMEOUT`]).
     pub http_idle_timeout: Duration,
+    /// HTTP: a request body must be complete within this of the end of its head (default
+    /// [`DEFAULT_HTTP_BODY_TIMEOUT`]); a body that stalls for [`Connections::http_header_timeout`]
+    /// fails earlier. Either way: `408` `request_timeout`.
+    pub http_body_timeout: Duration,
     /// HTTP: most open connections; further ones get a 503 `overloaded` JSON error and are
     /// closed. `None` (default): derived from the file descriptor limit, at most
     /// [`DEFAULT_MAX_CONNECTIONS`].
@@ -238,6 +247,11 @@ pub struct Connections {
     /// Both ports: most open connections from one client IP address (default
     /// [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]).
     pub per_address_max: usize,
+    /// The open-file limit the maximums and the budget of both ports together (three quarters
+    /// of it) are derived from. `None` (default): the process's soft `RLIMIT_NOFILE`. Set it
+    /// lower to keep a server to a share of the process's descriptors (several servers in one
+    /// process, tests).
+    pub fd_limit: Option<u64>,
 }
 
 impl Default for Connections {
@@ -245,10 +259,12 @@ impl Default for Connections {
         Self {
             http_header_timeout: DEFAULT_HTTP_HEADER_TIMEOUT,
             http_idle_timeout: DEFAULT_HTTP_IDLE_TIMEOUT,
+            http_body_timeout: DEFAULT_HTTP_BODY_TIMEOUT,
             http_max: None,
             grpc_handshake_timeout: DEFAULT_GRPC_HANDSHAKE_TIMEOUT,
             grpc_max: None,
             per_address_max: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            fd_limit: None,
         }
     }
 }
@@ -392,6 +408,12 @@ impl Config {
                 hour,
             ),
             (
+                "connections.http_body_timeout",
+                self.connections.http_body_timeout,
+                ms(100),
+                hour,
+            ),
+            (
                 "connections.grpc_handshake_timeout",
                 self.connections.grpc_handshake_timeout,
                 ms(100),
@@ -434,7 +456,10 @@ impl Config {
                 "session_limits.subscriptions",
                 Some(self.session_limits.subscriptions),
             ),
-            ("session_limits.instances", Some(self.session_limits.instances)),
+            (
+                "session_limits.instances",
+                Some(self.session_limits.instances),
+            ),
         ] {
             if let Some(n) = max.filter(|n| !(1..=1_000_000).contains(n)) {
                 problems.push(ConfigProblem {
@@ -442,6 +467,12 @@ impl Config {
                     message: format!("must be 1-1000000, got {n}"),
                 });
             }
+        }
+        if let Some(n) = self.connections.fd_limit.filter(|n| *n < 16) {
+            problems.push(ConfigProblem {
+                field: "connections.fd_limit",
+                message: format!("must be at least 16, got {n}"),
+            });
         }
         if problems.is_empty() {
             Ok(())

@@ -1,6 +1,5 @@
 //! The one error type that reaches the wire: REST (status + JSON body) and gRPC (status code).
 
-use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use gangway_core::ValidationError;
@@ -36,6 +35,13 @@ pub enum ApiError {
     PayloadTooLarge {
         /// The limit, in bytes.
         limit_bytes: usize,
+    },
+    /// The request body did not arrive in time (HTTP 408; the connection is closed): it
+    /// stalled for the header timeout, or was not complete within the body timeout.
+    #[error("{message}")]
+    RequestTimeout {
+        /// Which bound was passed.
+        message: String,
     },
     /// The registry is starting and holds back snapshots (HTTP 503, gRPC UNAVAILABLE).
     #[error("the registry is warming up; retry shortly")]
@@ -117,8 +123,9 @@ impl ApiError {
     }
 
     /// Stable code: `invalid_argument`, `not_found`, `method_not_allowed`, `conflict`,
-    /// `payload_too_large`, `warming_up`, `internal`, `uri_too_long`, `headers_too_large`,
-    /// `overloaded`, `unauthenticated`, `forbidden`, `unsupported_media_type`, `limit_exceeded`.
+    /// `payload_too_large`, `request_timeout`, `warming_up`, `internal`, `uri_too_long`,
+    /// `headers_too_large`, `overloaded`, `unauthenticated`, `forbidden`,
+    /// `unsupported_media_type`, `limit_exceeded`.
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid(_) => "invalid_argument",
@@ -126,6 +133,7 @@ impl ApiError {
             ApiError::Conflict { .. } => "conflict",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::RequestTimeout { .. } => "request_timeout",
             ApiError::WarmingUp => "warming_up",
             ApiError::Store(_) => "internal",
             ApiError::UriTooLong { .. } => "uri_too_long",
@@ -162,6 +170,7 @@ impl ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::WarmingUp => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
@@ -223,7 +232,9 @@ impl From<RegistryError> for ApiError {
             RegistryError::Invalid(v) => ApiError::Invalid(v),
             RegistryError::WarmingUp => ApiError::WarmingUp,
             RegistryError::Refused(a) => ApiError::from(a),
-            RegistryError::LimitExceeded { limit, .. } => ApiError::LimitExceeded { limit, message },
+            RegistryError::LimitExceeded { limit, .. } => {
+                ApiError::LimitExceeded { limit, message }
+            }
             RegistryError::Store(_) | RegistryError::Internal(_) => ApiError::Store(message),
             e if e.is_not_found() => ApiError::NotFound { message },
             _ => ApiError::Conflict { message },
@@ -273,13 +284,27 @@ struct Inner<'a> {
 }
 
 impl IntoResponse for ApiError {
-    /// `{"error": {"code", "message", "field"}}` with the variant's status.
+    /// `{"error": {"code", "message", "field"}}` with the variant's status; a 408 also closes
+    /// the connection (the rest of the body is not read).
     fn into_response(self) -> Response {
-        let mut response = (self.status(), Json(self.body())).into_response();
-        if matches!(self, ApiError::Unauthenticated { .. }) {
+        let close = matches!(self, ApiError::RequestTimeout { .. });
+        let unauthenticated = matches!(self, ApiError::Unauthenticated { .. });
+        let mut response = (
+            self.status(),
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            self.json_body(),
+        )
+            .into_response();
+        if unauthenticated {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,
                 axum::http::HeaderValue::from_static("Bearer realm=\"gangway\""),
+            );
+        }
+        if close {
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
             );
         }
         response

@@ -54,6 +54,9 @@ pub struct RunningServer {
     /// Most open connections of the REST and the gRPC port (configured, or derived from the
     /// open-file limit).
     pub max_connections: (usize, usize),
+    /// Most open connections of both ports together (three quarters of the open-file limit,
+    /// or the sum of the maximums when that is less).
+    pub connection_budget: usize,
     nacos: nacos::Nacos,
     http: serve::Serving,
     grpc: serve::Serving,
@@ -119,12 +122,14 @@ pub async fn start(
             .add_service(nacos_bi_stream)
             .prepare()
             .into_axum_router();
-    let (http_max, grpc_max) = serve::caps(&config.connections);
+    let caps = serve::caps(&config.connections);
+    let budget = serve::Budget::new(caps.budget);
     let http = serve::Serving::http(
         http_listener,
         router,
         &config.connections,
-        http_max,
+        &caps,
+        budget.clone(),
         connection_metrics.clone(),
     );
     let grpc = serve::Serving::grpc(
@@ -132,14 +137,16 @@ pub async fn start(
         grpc_router,
         &config.liveness,
         &config.connections,
-        grpc_max,
+        &caps,
+        budget,
         connection_metrics,
     );
     Ok(RunningServer {
         http_addr,
         grpc_addr,
         registry,
-        max_connections: (http_max, grpc_max),
+        max_connections: (caps.http, caps.grpc),
+        connection_budget: caps.budget,
         nacos,
         http,
         grpc,

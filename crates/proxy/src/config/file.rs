@@ -275,6 +275,19 @@ fn resolve(file: File, path: Option<&Path>, o: &Overrides) -> Result<Config, Con
             services.insert(name.clone(), Arc::new(ServiceEntry { key, settings }));
         }
     }
+    // Two tables for one service would leave its settings to the order of the tables.
+    let mut tables: BTreeMap<&ServiceKey, &str> = BTreeMap::new();
+    for (name, entry) in &services {
+        if let Some(first) = tables.insert(&entry.key, name) {
+            p.push(
+                &format!("services.{name}"),
+                format!(
+                    "routes to {} like services.{first}; list each service once",
+                    entry.key
+                ),
+            );
+        }
+    }
     if services.len() > max_services {
         p.push(
             "services",

@@ -169,6 +169,40 @@ fn unknown_keys_and_bad_toml_are_one_line_errors_naming_the_key() {
 }
 
 #[test]
+fn a_service_listed_twice_is_one_line_naming_both_tables() {
+    // The same table twice is TOML's own error; two names for one service are ours.
+    let e = load("[services.orders]\n[services.orders]\n").unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, ConfigError::Syntax { .. }), "{e:?}");
+    assert!(text.contains("orders") && !text.contains('\n'), "{text}");
+    let e = load(
+        "[services.orders]\n[services.\"orders.DEFAULT_GROUP\"]\n[services.o]\nservice = \"orders\"\n",
+    )
+    .unwrap_err();
+    let text = e.to_string();
+    println!("{text}");
+    assert!(!text.contains('\n'), "one line: {text}");
+    let ConfigError::Invalid { problems, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    for p in &problems {
+        assert!(
+            p.contains("routes to public/DEFAULT_GROUP/orders like services.")
+                && p.contains("list each service once"),
+            "{p}"
+        );
+    }
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("services.orders.DEFAULT_GROUP: ")
+                || p.starts_with("services.orders: ")),
+        "{problems:#?}"
+    );
+}
+
+#[test]
 fn flags_win_over_the_file() {
     let f = file("listen = \"127.0.0.1:1\"\nadmin = \"127.0.0.1:2\"\nnamespace = \"a\"\n");
     let mut o = Overrides {

@@ -167,6 +167,53 @@ async fn unknown_services_empty_views_and_bad_hosts_are_json_errors() {
 }
 
 #[tokio::test]
+async fn an_absolute_target_is_the_host_two_hosts_and_https_are_refused() {
+    let a = backend().await;
+    let (_tx, rx) = watch::channel(view(1, &[&a]));
+    let proxy = proxy_over(vec![(ServiceKey::named("orders"), rx)], |_| {});
+
+    // Absolute-form: the authority routes and is the Host the instance sees (RFC 9112
+    // §3.2.2), whatever Host header the client sent.
+    let mut absolute = request(Method::GET, "http://orders:8080/x", "");
+    absolute
+        .headers_mut()
+        .insert("host", HeaderValue::from_static("payments"));
+    let answer = proxy.handle(absolute).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(json(answer).await["host"], "orders:8080");
+
+    let mut twice = request(Method::GET, "/x", "");
+    twice
+        .headers_mut()
+        .append("host", HeaderValue::from_static("orders"));
+    twice
+        .headers_mut()
+        .append("host", HeaderValue::from_static("orders"));
+    let answer = proxy.handle(twice).await;
+    assert_eq!(answer.status(), 400);
+    assert_eq!(code(&answer), "bad_host");
+    let body = json(answer).await;
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than one Host"),
+        "{body}"
+    );
+
+    let answer = proxy
+        .handle(request(Method::GET, "https://orders/x", ""))
+        .await;
+    assert_eq!(answer.status(), 400);
+    assert_eq!(code(&answer), "unsupported_scheme");
+    let body = json(answer).await;
+    assert!(
+        body["message"].as_str().unwrap().starts_with("https://"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
 async fn request_bodies_above_the_limit_get_413_and_reach_no_instance() {
     let a = backend().await;
     let (_tx, rx) = watch::channel(view(1, &[&a]));
@@ -242,4 +289,35 @@ async fn a_reload_keeps_pipelines_whose_settings_did_not_change() {
     let rebuilt = proxy.route_of(&ServiceKey::named("orders")).unwrap();
     assert!(!Arc::ptr_eq(&before, &rebuilt));
     assert_eq!(rebuilt.settings.retry.max_attempts, 3);
+}
+
+/// A body trickled in (one byte, then nothing) is answered 408 at the body read timeout and
+/// reaches no instance.
+#[tokio::test(start_paused = true)]
+async fn a_trickled_body_gets_408_at_the_body_read_timeout() {
+    let dead = dead_port().await;
+    let (_tx, rx) = watch::channel(view(1, &[&dead]));
+    let proxy = proxy_over(vec![(ServiceKey::named("orders"), rx)], |_| {});
+    let first = one_chunk_then_nothing(Bytes::from_static(b"x"));
+    let body = http_body_util::StreamBody::new(first);
+    let trickled = Request::builder()
+        .method(Method::POST)
+        .uri("http://orders/x")
+        .header("content-length", "100000")
+        .body(body)
+        .unwrap();
+    let started = Instant::now();
+    let answer = proxy.handle(trickled).await;
+    assert_eq!(answer.status(), 408);
+    assert_eq!(code(&answer), "request_timeout");
+    assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
+}
+
+/// One frame, then a body that never ends.
+fn one_chunk_then_nothing(
+    chunk: Bytes,
+) -> impl futures::Stream<Item = Result<http_body::Frame<Bytes>, std::convert::Infallible>> {
+    use futures::StreamExt;
+    futures::stream::once(async move { Ok(http_body::Frame::data(chunk)) })
+        .chain(futures::stream::pending())
 }

@@ -9,6 +9,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::RegistryError;
+use super::state::State;
 use super::{Patch, Registry};
 
 /// The outcome of a drain (every live subscriber acked a revision *without* the instance) or
@@ -56,7 +57,9 @@ impl Registry {
         };
         let (revision, _) = self.update(service, key, patch).await?;
         self.inner.metrics.drains_started.inc();
-        let progress = self.wait_acks(service, revision, started + timeout).await;
+        let progress = self
+            .wait_acks(service, revision, started + timeout, None)
+            .await;
         let waited = started.elapsed();
         let complete = progress.is_complete();
         self.inner.metrics.drain_wait.observe(waited.as_secs_f64());
@@ -101,14 +104,17 @@ impl Registry {
             }
             entry.revision
         };
-        let progress = self.wait_acks(service, revision, started + timeout).await;
+        let in_view = |state: &State| state.services.get(service).is_some_and(|s| s.in_view(key));
+        let progress = self
+            .wait_acks(
+                service,
+                revision,
+                started + timeout,
+                Some(&|state| !in_view(state)),
+            )
+            .await;
         let waited = started.elapsed();
-        let still_in = self
-            .lock()
-            .services
-            .get(service)
-            .is_some_and(|s| s.in_view(key));
-        if !still_in {
+        if !in_view(&self.lock()) {
             return Err(RegistryError::LeftView {
                 service: service.clone(),
                 instance: key.clone(),
@@ -122,25 +128,42 @@ impl Registry {
 
     /// Waits until every live subscriber of `service` acked `revision` or later, or until
     /// `deadline`; wakes only on acks and departures of this service's subscribers.
+    ///
+    /// With `abandon`, the wait also wakes on every new revision of the service and ends at
+    /// once with the progress so far when `abandon` holds (looked at under the state lock): a
+    /// readiness wait whose instance left the view. A drain gives none and wakes on acks only.
     async fn wait_acks(
         &self,
         service: &ServiceKey,
         revision: u64,
         deadline: Instant,
+        abandon: Option<&(dyn Fn(&State) -> bool + Sync)>,
     ) -> AckProgress {
-        let mut acks = {
+        let (mut acks, mut revisions) = {
             let mut state = self.lock();
-            state.service(service).acks.subscribe()
+            let entry = state.service(service);
+            (
+                entry.acks.subscribe(),
+                abandon.map(|_| entry.tx.subscribe()),
+            )
         };
         loop {
             acks.borrow_and_update();
             self.inner.metrics.ack_wait_scans.inc();
             let progress = AckProgress::of(revision, &self.subscriber_acks(service));
-            if progress.is_complete() || Instant::now() >= deadline {
+            let abandoned = abandon.is_some_and(|stop| stop(&self.lock()));
+            if progress.is_complete() || Instant::now() >= deadline || abandoned {
                 return progress;
             }
+            let revision_changed = async {
+                match revisions.as_mut() {
+                    Some(rx) => rx.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 changed = acks.changed() => if changed.is_err() { return progress },
+                alive = revision_changed => if !alive { return progress },
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         }

@@ -123,6 +123,7 @@ impl Registry {
         if let Err(e) = state.check_owner(service, &instance.key, caller) {
             return Some(Err(e));
         }
+        state.take_over_from_grace(service, &instance.key, liveness);
         let mut instance = instance.clone();
         if state
             .marks
@@ -164,6 +165,7 @@ impl Registry {
             let mut state = self.lock();
             state.check_register(&service, &instance, &liveness)?;
             state.check_owner(&service, &instance.key, &caller)?;
+            state.take_over_from_grace(&service, &key, &liveness);
             let marked = state.marks.get(&mark_key).map(|m| m.until_gone);
             if marked.is_some() {
                 instance.enabled = false;

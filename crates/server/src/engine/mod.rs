@@ -69,6 +69,9 @@ pub enum Liveness {
     Grace {
         /// When the instance goes if no session registered it again.
         until: Instant,
+        /// The client id of the session that ended (empty: none given): a registration by
+        /// another client is a new process, which a drain's offline does not follow.
+        client_id: String,
     },
 }
 

@@ -8,12 +8,12 @@ use gangway_core::model::{Instance, InstanceKey, Kind, OfflineMark, ServiceKey};
 use tokio::time::Instant;
 
 use super::RegistryError;
-use crate::auth::{Caller, Rule};
-use crate::config::SessionLimits;
 use super::leases::LeaseQueue;
 use super::service::{Changed, ServiceEntry};
 use super::subscribers::Subscriber;
 use super::{Entry, Liveness, Registry};
+use crate::auth::{Caller, Rule};
+use crate::config::SessionLimits;
 
 pub(crate) struct MarkEntry {
     /// The mark as stored (kept for listings and expiry decisions).
@@ -30,7 +30,9 @@ impl MarkEntry {
     /// A new mark of an instance that is present.
     pub(crate) fn new(until_gone: bool) -> Self {
         MarkEntry {
-            mark: OfflineMark { since_ms: super::now_ms() },
+            mark: OfflineMark {
+                since_ms: super::now_ms(),
+            },
             gone_since: None,
             until_gone,
         }
@@ -66,6 +68,9 @@ pub(crate) struct State {
     pub(crate) leases: LeaseQueue,
     /// What one session may hold, checked with the change it limits.
     pub(crate) session_limits: SessionLimits,
+    /// A task is waiting to remove instances whose grace ended (`Registry::expire_grace_at`):
+    /// one for the whole registry, set and cleared under this lock.
+    pub(crate) grace_timer: bool,
 }
 
 /// What a [`Reservation`] holds.
@@ -185,6 +190,37 @@ impl State {
         Ok(())
     }
 
+    /// A registration that takes over an instance left in grace by another client (a new
+    /// process on the same address, not the old one reconnecting after the registry's stall):
+    /// a drain's offline mark of the old process is dropped, as when an instance leaves (see
+    /// [`Patch::until_gone`](super::Patch::until_gone)). An operator's durable offline stays.
+    pub(crate) fn take_over_from_grace(
+        &mut self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        liveness: &Liveness,
+    ) {
+        let Some(Liveness::Grace { client_id, .. }) = self
+            .services
+            .get(service)
+            .and_then(|s| s.instances.get(key))
+            .map(|e| &e.liveness)
+        else {
+            return;
+        };
+        let same_process = match liveness {
+            Liveness::Session(id) => self
+                .sessions
+                .get(id)
+                .is_some_and(|s| !client_id.is_empty() && &s.client_id == client_id),
+            _ => false,
+        };
+        let mark_key = (service.clone(), key.clone());
+        if !same_process && self.marks.get(&mark_key).is_some_and(|m| m.until_gone) {
+            self.marks.remove(&mark_key);
+        }
+    }
+
     /// Two sessions of one client process (a reconnect): both gave the same client id.
     fn same_client(&self, a: &str, b: &str) -> bool {
         match (self.sessions.get(a), self.sessions.get(b)) {
@@ -298,14 +334,17 @@ impl State {
             }
         }
         let threshold = entry.threshold();
-        if after.in_view(updated, threshold) {
+        let leaves_view = !after.in_view(updated, threshold);
+        // Weight 0 while the protect threshold fires keeps it in the view, but not serving.
+        let stops_serving = updated_was_serving && !updated.is_serving();
+        if !leaves_view && !stops_serving {
             return Ok(None);
         }
-        // Refused when the last serving instance would leave (even while the protect
+        // Refused when the last serving instance would stop serving (even while the protect
         // threshold keeps unhealthy instances in the view: they are not serving), or when the
         // view would be left empty.
-        let last_serving = updated_was_serving && after.serving == 0;
-        if (last_serving || after.view_len(threshold) == 0) && !force {
+        let last_serving = stops_serving && after.serving == 0;
+        if (last_serving || (leaves_view && after.view_len(threshold) == 0)) && !force {
             return Err(RegistryError::LastServingInstance {
                 service: service.clone(),
                 instance: updated.key.clone(),
@@ -420,7 +459,10 @@ impl State {
         key: &InstanceKey,
         caller: &Caller,
     ) -> Result<(), RegistryError> {
-        let owner = self.entry(service, key).ok().and_then(|e| e.owner.as_deref());
+        let owner = self
+            .entry(service, key)
+            .ok()
+            .and_then(|e| e.owner.as_deref());
         caller
             .allow(Rule::Register, &service.namespace, owner)
             .map_err(RegistryError::Refused)

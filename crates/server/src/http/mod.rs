@@ -25,6 +25,7 @@ use crate::engine::{
     SubscriberKind, SubscriberRow,
 };
 use crate::error::ApiError;
+use crate::serve::BodyTimeout;
 
 /// The OpenAPI 3 description served at `/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -58,10 +59,19 @@ struct ApiQuery<T>(T);
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 struct ApiPath<T>(T);
 
-/// A body that could not be read: 413 when it is over [`MAX_BODY_BYTES`], else 400 naming
+/// A body that could not be read: 408 when it did not arrive in time ([`BodyTimeout`], the
+/// serving layer's body bounds), 413 when it is over [`MAX_BODY_BYTES`], else 400 naming
 /// `body` with the extractor's reason.
-fn body_error(status: StatusCode, reason: String) -> ApiError {
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
+fn body_error(
+    rejection: &(dyn std::error::Error + 'static),
+    status: StatusCode,
+    reason: String,
+) -> ApiError {
+    if let Some(timeout) = BodyTimeout::find(rejection) {
+        ApiError::RequestTimeout {
+            message: timeout.to_string(),
+        }
+    } else if status == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::PayloadTooLarge {
             limit_bytes: MAX_BODY_BYTES,
         }
@@ -72,13 +82,13 @@ fn body_error(status: StatusCode, reason: String) -> ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
-        body_error(r.status(), r.body_text())
+        body_error(&r, r.status(), r.body_text())
     }
 }
 
 impl From<BytesRejection> for ApiError {
     fn from(r: BytesRejection) -> Self {
-        body_error(r.status(), r.body_text())
+        body_error(&r, r.status(), r.body_text())
     }
 }
 

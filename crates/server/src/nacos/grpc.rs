@@ -164,7 +164,9 @@ impl From<ApiError> for Refusal {
             | ApiError::HeadersTooLarge { .. } => INVALID_PARAM,
             ApiError::NotFound { .. } => 404,
             ApiError::PayloadTooLarge { .. } => INVALID_PARAM,
-            ApiError::WarmingUp | ApiError::Overloaded { .. } => INVALID_SERVER_STATUS,
+            ApiError::WarmingUp | ApiError::Overloaded { .. } | ApiError::RequestTimeout { .. } => {
+                INVALID_SERVER_STATUS
+            }
             ApiError::Store(_) => 500,
             ApiError::LimitExceeded { .. } => 429,
             // Nacos's answer to a missing or refused accessToken.

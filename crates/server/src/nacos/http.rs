@@ -28,6 +28,7 @@ use super::{CLIENT_NAME_PREFIX, Nacos};
 use crate::auth::{Caller, Rule};
 use crate::engine::{LivenessRequest, Patch, RegistryError, SubscriberInfo, SubscriberKind};
 use crate::error::ApiError;
+use crate::serve::BodyTimeout;
 
 /// A v1 poller that missed this many polls (of `cacheMillis` each) is forgotten: 30 s.
 pub const POLLER_EXPIRY_POLLS: u64 = 3;
@@ -168,6 +169,7 @@ impl From<ApiError> for NacosError {
             // Only the serving layer raises these, before any route runs.
             ApiError::UriTooLong { .. }
             | ApiError::HeadersTooLarge { .. }
+            | ApiError::RequestTimeout { .. }
             | ApiError::Overloaded { .. } => Self {
                 status: e.status(),
                 code: 30000,
@@ -229,6 +231,7 @@ impl<S: Send + Sync> FromRequest<S> for Params {
             let body = Bytes::from_request(req, state)
                 .await
                 .map_err(|e| match e.status() {
+                    _ if BodyTimeout::find(&e).is_some() => NacosError::from(ApiError::from(e)),
                     StatusCode::PAYLOAD_TOO_LARGE => NacosError {
                         status: StatusCode::PAYLOAD_TOO_LARGE,
                         code: 10001,

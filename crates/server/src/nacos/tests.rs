@@ -544,7 +544,8 @@ async fn grpc_register_subscribe_push_ack_and_connection_end() {
     let registry = g.registry.clone();
     eventually("the push acked", || {
         registry.subscribers(&key)[0].acked_revision == revision
-    }).await;
+    })
+    .await;
 
     // The connection's stream ends: its instance and its subscription go at once.
     drop(tx);
@@ -578,7 +579,10 @@ async fn grpc_subscribe_during_the_warm_up_succeeds_with_no_hosts() {
     assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
     assert_eq!(body(&reply)["resultCode"], 200);
     assert_eq!(body(&reply)["serviceInfo"]["hosts"], json!([]));
-    assert_eq!(g.registry.subscribers(&ServiceKey::named("orders")).len(), 1);
+    assert_eq!(
+        g.registry.subscribers(&ServiceKey::named("orders")).len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -655,7 +659,8 @@ async fn grpc_client_detection_keeps_answering_clients_and_closes_silent_ones() 
     let registry = g.registry.clone();
     eventually("the connection's instance gone", || {
         registry.view(&key).instances.is_empty()
-    }).await;
+    })
+    .await;
     drop(tx);
 }
 
@@ -1143,16 +1148,24 @@ async fn grpc_session_limits_answer_an_error_naming_the_limit() {
         json!({"requestId": "r", "serviceName": service, "type": "registerInstance",
                "instance": {"ip": "10.0.0.1", "port": 80}})
     };
-    let subscribe = |service: &str| {
-        json!({"requestId": "s", "serviceName": service, "subscribe": true, "clusters": ""})
-    };
+    let subscribe = |service: &str| json!({"requestId": "s", "serviceName": service, "subscribe": true, "clusters": ""});
     let reply = g.unary("InstanceRequest", register("orders")).await;
     assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
-    let reply = g.unary("SubscribeServiceRequest", subscribe("orders")).await;
+    let reply = g
+        .unary("SubscribeServiceRequest", subscribe("orders"))
+        .await;
     assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
     for (request, payload, limit) in [
-        ("InstanceRequest", register("billing"), "instances-per-session"),
-        ("SubscribeServiceRequest", subscribe("billing"), "subscriptions-per-session"),
+        (
+            "InstanceRequest",
+            register("billing"),
+            "instances-per-session",
+        ),
+        (
+            "SubscribeServiceRequest",
+            subscribe("billing"),
+            "subscriptions-per-session",
+        ),
     ] {
         let reply = g.unary(request, payload).await;
         assert_eq!(ty(&reply), "ErrorResponse", "{request}");
@@ -1160,6 +1173,15 @@ async fn grpc_session_limits_answer_an_error_naming_the_limit() {
         assert_eq!(v["errorCode"], 429, "{v}");
         assert!(v["message"].as_str().unwrap().contains(limit), "{v}");
     }
-    assert!(g.registry.view(&ServiceKey::named("billing")).instances.is_empty());
-    assert!(g.registry.subscribers(&ServiceKey::named("billing")).is_empty());
+    assert!(
+        g.registry
+            .view(&ServiceKey::named("billing"))
+            .instances
+            .is_empty()
+    );
+    assert!(
+        g.registry
+            .subscribers(&ServiceKey::named("billing"))
+            .is_empty()
+    );
 }

@@ -27,8 +27,9 @@ use crate::config::{Connections, DEFAULT_MAX_CONNECTIONS};
 pub const BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Longest wait between two accepts that fail.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Refused connections being answered at once, per port; a new one beyond this closes the
-/// oldest (an idle flood cannot keep a prompt client from its answer).
+/// Refused connections being answered at once, per port (fewer under a low open-file limit:
+/// a sixteenth of it); a new one beyond this closes the oldest (an idle flood cannot keep a
+/// prompt client from its answer).
 pub const REFUSALS: usize = 64;
 /// A refused connection is closed this long after its accept at the latest.
 pub const REFUSAL_TIME: Duration = Duration::from_secs(1);
@@ -55,12 +56,34 @@ fn fd_limit() -> Option<u64> {
         .map(|(soft, _)| soft)
 }
 
-/// The maximum connection counts of the HTTP and gRPC ports: as configured, or derived from the
-/// file descriptor limit so that connections alone never exhaust it (three quarters of it,
-/// split evenly, at most [`DEFAULT_MAX_CONNECTIONS`] each). Warns when configured counts
-/// exceed that share: accepts may then fail for lack of descriptors (and back off).
-pub(crate) fn caps(config: &Connections) -> (usize, usize) {
-    let limit = fd_limit();
+/// Refusals being answered at once per port are at most a sixteenth of the open-file limit
+/// (and at most [`REFUSALS`]): both ports' refusals then take an eighth, half the reserve.
+const REFUSAL_DIVISOR: u64 = 16;
+
+/// The connection bounds of both ports, from the config and the open-file limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// Most connections of the HTTP port.
+    pub(crate) http: usize,
+    /// Most connections of the gRPC port.
+    pub(crate) grpc: usize,
+    /// Most connections of both ports together: three quarters of the open-file limit, so
+    /// that explicit maximums above it cannot run the process out of descriptors.
+    pub(crate) budget: usize,
+    /// Refused connections being answered at once, per port.
+    pub(crate) refusals: usize,
+    /// The open-file limit they were derived from, if known.
+    pub(crate) fd_limit: Option<u64>,
+}
+
+/// The maximum connection counts of the HTTP and gRPC ports and their shared budget: as
+/// configured, or derived from the file descriptor limit ([`Connections::fd_limit`], else the
+/// process's soft limit) so that connections alone never exhaust it: three quarters of it,
+/// split evenly, at most [`DEFAULT_MAX_CONNECTIONS`] each. Both ports together never hold more
+/// than those three quarters (the budget), whatever their own maximums; beyond it a
+/// connection gets the port's refusal. Warns when configured counts exceed the budget.
+pub(crate) fn caps(config: &Connections) -> Caps {
+    let limit = config.fd_limit.or_else(fd_limit);
     let share = limit.map(|l| l - l / FD_RESERVE_DIVISOR);
     let derived = share.map_or(DEFAULT_MAX_CONNECTIONS, |s| {
         usize::try_from(s / 2)
@@ -69,19 +92,49 @@ pub(crate) fn caps(config: &Connections) -> (usize, usize) {
     });
     let http = config.http_max.unwrap_or(derived);
     let grpc = config.grpc_max.unwrap_or(derived);
-    let over = limit
-        .zip(share)
-        .filter(|(_, share)| (http + grpc) as u64 > *share);
-    if let Some((limit, _)) = over {
+    let budget = share.map_or(http + grpc, |s| {
+        usize::try_from(s)
+            .unwrap_or(usize::MAX)
+            .clamp(1, http + grpc)
+    });
+    let refusals = limit.map_or(REFUSALS, |l| {
+        usize::try_from(l / REFUSAL_DIVISOR)
+            .unwrap_or(usize::MAX)
+            .clamp(1, REFUSALS)
+    });
+    if let Some(limit) = limit.filter(|_| http + grpc > budget) {
         tracing::warn!(
             fd_limit = limit,
             http_max = http,
             grpc_max = grpc,
-            "the maximum connection counts exceed three quarters of the open-file limit: \
-             accepts may fail for lack of descriptors (raise ulimit -n)"
+            budget,
+            "the maximum connection counts exceed three quarters of the open-file limit: both \
+             ports together hold at most {budget} connections, further ones are refused (raise \
+             ulimit -n for more)"
         );
     }
-    (http, grpc)
+    Caps {
+        http,
+        grpc,
+        budget,
+        refusals,
+        fd_limit: limit,
+    }
+}
+
+/// The connections both ports may hold together (one descriptor each). Cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct Budget {
+    slots: Arc<Semaphore>,
+}
+
+impl Budget {
+    /// A budget of `size` connections.
+    pub(crate) fn new(size: usize) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(size)),
+        }
+    }
 }
 
 /// Only this connection failed; the next accept may well succeed.
@@ -99,6 +152,7 @@ fn connection_error(e: &io::Error) -> bool {
 struct Slot {
     _permit: OwnedSemaphorePermit,
     _address: AddressSlot,
+    _shared: OwnedSemaphorePermit,
     closed: Arc<Notify>,
     port: Arc<PortShared>,
 }
@@ -153,14 +207,14 @@ impl Drop for AddressSlot {
 /// Retries of failing accepts. An episode of failures ends once accepts have not failed for
 /// [`BACKOFF_MAX`]: a freed descriptor lets one accept through and the next one fail again,
 /// which is the same episode, not a new one to log.
-struct Backoff {
+pub(super) struct Backoff {
     next: Duration,
     /// The current episode: when it began, its failures, its last failure.
     failing: Option<(Instant, u64, Instant)>,
 }
 
 impl Backoff {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             next: BACKOFF_MIN,
             failing: None,
@@ -168,7 +222,7 @@ impl Backoff {
     }
 
     /// A failed accept: how long to wait before the next one (unless a connection closes).
-    fn failed(&mut self, port: &str, error: &io::Error) -> Duration {
+    pub(super) fn failed(&mut self, port: &str, error: &io::Error) -> Duration {
         let now = Instant::now();
         match &mut self.failing {
             Some((_, count, last)) => {
@@ -186,7 +240,7 @@ impl Backoff {
     }
 
     /// An accept succeeded: ends the episode if none failed for [`BACKOFF_MAX`].
-    fn succeeded(&mut self, port: &str) {
+    pub(super) fn succeeded(&mut self, port: &str) {
         let Some((since, count, last)) = self.failing else {
             return;
         };
@@ -208,11 +262,17 @@ pub(super) struct AcceptLoop {
     pub(super) listener: TcpListener,
     pub(super) port: Arc<PortShared>,
     pub(super) router: axum::Router,
+    /// The answer of a connection beyond the port's maximum.
     pub(super) refusal: axum::Router,
+    /// The answer of a connection beyond the budget of both ports.
+    pub(super) over_budget: axum::Router,
     pub(super) policy: Policy,
     pub(super) max: usize,
     /// Most connections from one client IP address, and the answer beyond it.
     pub(super) per_address: (usize, axum::Router),
+    pub(super) budget: Budget,
+    /// Refused connections being answered at once.
+    pub(super) refusals: usize,
     pub(super) phase: watch::Receiver<Phase>,
 }
 
@@ -225,16 +285,19 @@ impl AcceptLoop {
             port,
             router,
             refusal,
+            over_budget,
             policy,
             max,
             per_address: (per_address_max, per_address_refusal),
+            budget,
+            refusals,
             mut phase,
         } = self;
         let per_address = Arc::new(PerAddress::default());
         let label = port.label.port;
         let mut listener = Some(listener);
         let slots = Arc::new(Semaphore::new(max));
-        let mut refusing: VecDeque<AbortHandle> = VecDeque::with_capacity(REFUSALS);
+        let mut refusing: VecDeque<AbortHandle> = VecDeque::with_capacity(refusals);
         let closed = Arc::new(Notify::new());
         let mut backoff = Backoff::new();
         let mut retry_at: Option<Instant> = None;
@@ -260,32 +323,33 @@ impl AcceptLoop {
                         let _ = stream.set_nodelay(true);
                         let local = stream.local_addr().unwrap_or(peer);
                         let conn = Accepted { stream, local, peer };
-                        let permit = slots.clone().try_acquire_owned().ok();
-                        let port_full = permit.is_none();
-                        let address = permit.is_some().then(|| per_address.try_take(peer.ip(), per_address_max)).flatten();
-                        if let (Some(address), Some(permit)) = (address, permit) {
+                        let own = slots.clone().try_acquire_owned().ok();
+                        let address = own.as_ref().and_then(|_| per_address.try_take(peer.ip(), per_address_max));
+                        let shared = address.as_ref().and_then(|_| budget.slots.clone().try_acquire_owned().ok());
+                        // Which limit refuses: the port's, this address's, or both ports' budget.
+                        let refused = match (&own, &address, &shared) {
+                            (None, _, _) => Some((&refusal, "the port holds its maximum")),
+                            (_, None, _) => Some((&per_address_refusal, "the client address holds its maximum")),
+                            (_, _, None) => Some((&over_budget, "both ports hold their budget")),
+                            _ => None,
+                        };
+                        if let (Some(permit), Some(address), Some(shared)) = (own, address, shared) {
                             port.metrics.open.get_or_create(&port.label).inc();
-                            let slot = Slot { _permit: permit, _address: address, closed: closed.clone(), port: port.clone() };
+                            let slot = Slot { _permit: permit, _address: address, _shared: shared, closed: closed.clone(), port: port.clone() };
                             let task = connection::run(conn, port.clone(), router.clone(), policy, phase.clone());
                             tasks.spawn(async move {
                                 task.await;
                                 drop(slot);
                             });
-                        } else {
-                            // Which limit: the port's, or this address's (the port had room).
-                            let (refusal, why) = if port_full {
-                                (&refusal, "the port holds its maximum")
-                            } else {
-                                (&per_address_refusal, "the client address holds its maximum")
-                            };
+                        } else if let Some((answer, why)) = refused {
                             port.metrics.refused.get_or_create(&port.label).inc();
                             tracing::debug!(port = label, %peer, max, per_address_max, "connection refused: {why}");
                             refusing.retain(|r| !r.is_finished());
-                            if refusing.len() >= REFUSALS {
+                            if refusing.len() >= refusals {
                                 refusing.pop_front().inspect(AbortHandle::abort);
                             }
                             let policy = Policy::Refusal { limit: REFUSAL_TIME };
-                            let task = connection::run(conn, port.clone(), refusal.clone(), policy, phase.clone());
+                            let task = connection::run(conn, port.clone(), answer.clone(), policy, phase.clone());
                             refusing.push_back(tasks.spawn(task));
                         }
                     }

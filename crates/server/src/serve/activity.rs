@@ -48,6 +48,8 @@ pub(crate) enum Policy {
         header: Duration,
         /// Idle keep-alive timeout.
         idle: Duration,
+        /// Request body timeout: the whole body within this of the end of its head.
+        body: Duration,
     },
     /// The gRPC port: the HTTP/2 preface must arrive within `handshake` of the accept; later,
     /// HTTP/2 keepalive pings decide.
@@ -115,7 +117,7 @@ impl Activity {
     /// When the connection must be closed, as things stand (`None`: not for waiting).
     fn deadline(&self, p: &Phase) -> Option<Instant> {
         match self.policy {
-            Policy::Http { header, idle } => {
+            Policy::Http { header, idle, .. } => {
                 if p.in_flight > 0 {
                     None
                 } else if let Some(started) = p.head_started {
@@ -272,13 +274,56 @@ impl<B: Body + Unpin> Body for TrackedBody<B> {
     }
 }
 
-/// A request body that must keep arriving: once it has been waited for longer than `gap`
-/// without a frame, reading it fails (the handler answers 400 `body`), so a client that stops
-/// sending half-way through a body holds its connection no longer than a slow head would.
+/// Why a request body could not be read in time: the error [`TimedBody`] fails with, found
+/// by walking an extractor rejection's `source()` chain ([`BodyTimeout::find`]); the REST
+/// and Nacos handlers answer it with `408`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BodyTimeout {
+    /// No byte of the body arrived for this long.
+    #[error("the request body stalled for more than {} ms", .0.as_millis())]
+    Stalled(Duration),
+    /// The body was not complete this long after the request head.
+    #[error("the request body was not complete within {} ms of the request head", .0.as_millis())]
+    Total(Duration),
+}
+
+impl BodyTimeout {
+    /// The [`BodyTimeout`] in `error` or its sources, if any.
+    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTimeout> {
+        let mut next = Some(error);
+        while let Some(e) = next {
+            if let Some(found) = e.downcast_ref::<BodyTimeout>() {
+                return Some(found);
+            }
+            next = e.source();
+        }
+        None
+    }
+}
+
+/// A request body that must keep arriving and end in time: once it has been waited for
+/// longer than `gap` without a frame, or is not complete by `deadline` however steadily it
+/// trickles, reading it fails with a [`BodyTimeout`] (the handler answers 408), so a client
+/// that sends slowly or stops half-way holds its connection no longer than a slow head would.
 pub(crate) struct TimedBody<B> {
     inner: B,
     gap: Duration,
+    total: Duration,
+    deadline: Pin<Box<Sleep>>,
     waiting: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> TimedBody<B> {
+    /// `inner` with the deadline `total` from now and the longest gap `gap`.
+    pub(crate) fn new(inner: B, gap: Duration, total: Duration) -> Self {
+        Self {
+            inner,
+            gap,
+            total,
+            deadline: Box::pin(tokio::time::sleep(total)),
+            waiting: None,
+        }
+    }
 }
 
 impl<B> Body for TimedBody<B>
@@ -294,6 +339,12 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
+        if this.inner.is_end_stream() {
+            return Poll::Ready(None);
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(BodyTimeout::Total(this.total).into())));
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 this.waiting = None;
@@ -305,14 +356,7 @@ where
                     .waiting
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
                 ready!(waiting.as_mut().poll(cx));
-                Poll::Ready(Some(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the request body stalled for more than {} ms",
-                        gap.as_millis()
-                    ),
-                )
-                .into())))
+                Poll::Ready(Some(Err(BodyTimeout::Stalled(gap).into())))
             }
         }
     }
@@ -370,16 +414,25 @@ impl tower::Service<http::Request<Incoming>> for Counted {
             local_addr: Some(self.local),
             remote_addr: Some(self.peer),
         });
+        if matches!(self.activity.policy, Policy::Http { .. })
+            && let Some(error) = head::check(&request)
+        {
+            tracing::debug!(code = error.code(), version = ?request.version(), "request head refused");
+            self.activity.lock().head_refused = true;
+            let response = axum::response::IntoResponse::into_response(error);
+            return Box::pin(async move {
+                Ok(response.map(|inner| TrackedBody {
+                    inner,
+                    _guard: guard,
+                }))
+            });
+        }
         let request = match self.activity.policy {
             // On the REST port a body must keep coming, like a head; a gRPC request body is a
             // session's stream, which may rest for as long as the session lives.
-            Policy::Http { header, .. } => request.map(|inner| {
-                axum::body::Body::new(TimedBody {
-                    inner,
-                    gap: header,
-                    waiting: None,
-                })
-            }),
+            Policy::Http { header, body, .. } => {
+                request.map(|inner| axum::body::Body::new(TimedBody::new(inner, header, body)))
+            }
             _ => request.map(axum::body::Body::new),
         };
         let response = self.router.call(request);

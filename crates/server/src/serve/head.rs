@@ -22,6 +22,12 @@ pub const MAX_HEAD: usize = 32 * 1024;
 /// Most header fields in one request: the next one gets 431 (hyper refuses more than 100).
 pub const MAX_HEADERS: usize = 100;
 
+/// The HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE` of the REST port, bytes: twice [`MAX_HEAD`],
+/// since HTTP/2 counts 32 bytes more per field (RFC 9113 §6.5.2), so that every head [`check`]
+/// refuses reaches it and gets the JSON answer (hyper's default, 16 KiB, would refuse heads
+/// HTTP/1 accepts, with an empty 431).
+pub const H2_MAX_HEADER_LIST: u32 = 2 * MAX_HEAD as u32;
+
 /// The start of every HTTP/2 connection: `PRI * HTTP/2.0`, read as a request line.
 const H2_REQUEST_LINE: &[u8] = b"PRI * HTTP/2.0";
 /// Bytes of each line kept to recognise `Content-Length` and `Transfer-Encoding`.
@@ -235,6 +241,46 @@ impl Scan {
             _ => State::Off,
         };
     }
+}
+
+/// The limits of [`Scan`] applied to a parsed request, as its head would be written in
+/// HTTP/1.1 at its shortest (`METHOD TARGET HTTP/1.1`, `name:value` lines ending in `\n`, so
+/// that no head the scan let through is refused here): a target longer than [`MAX_LINE`]
+/// gets 414, a longer header line, more than [`MAX_HEADERS`] fields or a head over
+/// [`MAX_HEAD`] get 431.
+pub(super) fn check<B>(request: &http::Request<B>) -> Option<ApiError> {
+    let target = match request.uri().path_and_query() {
+        // HTTP/2 and origin-form: the path; absolute-form: the whole URI.
+        Some(p)
+            if request.uri().scheme().is_none() || request.version() >= http::Version::HTTP_2 =>
+        {
+            p.as_str().len()
+        }
+        _ => request.uri().to_string().len(),
+    };
+    let request_line = request.method().as_str().len() + 1 + target + " HTTP/1.1".len();
+    if request_line > MAX_LINE {
+        return Some(ApiError::UriTooLong { limit: MAX_LINE });
+    }
+    let headers = request.headers();
+    if headers.len() > MAX_HEADERS {
+        return Some(ApiError::HeadersTooLarge {
+            message: format!("more than {MAX_HEADERS} header fields"),
+        });
+    }
+    let mut head = request_line + 1;
+    for (name, value) in headers {
+        let line = name.as_str().len() + 1 + value.len();
+        if line > MAX_LINE {
+            return Some(ApiError::HeadersTooLarge {
+                message: format!("a header field is longer than {MAX_LINE} bytes"),
+            });
+        }
+        head += line + 1;
+    }
+    (head > MAX_HEAD).then(|| ApiError::HeadersTooLarge {
+        message: format!("the request head is larger than {MAX_HEAD} bytes"),
+    })
 }
 
 /// The bytes of an HTTP/1.1 answer carrying `error` (its status and JSON body) that closes the

@@ -5,11 +5,11 @@
 //!   by default); beyond that a connection gets a clear refusal (REST: 503 with the JSON error
 //!   `overloaded`; gRPC: status UNAVAILABLE) and is closed. Accept errors such as EMFILE back
 //!   off instead of spinning.
-//! - **Time** ([`activity`]): on the REST port a header read timeout and an idle keep-alive
-//!   timeout; on the gRPC port a handshake timeout (HTTP/2 keepalive pings, configured on the
+//! - **Time** ([`activity`]): on the REST port a header read timeout, a request body timeout
+//!   (the whole body within 10 s by default, or `408`) and an idle keep-alive timeout; on the gRPC port a handshake timeout (HTTP/2 keepalive pings, configured on the
 //!   builder, cover established connections).
-//! - **Size** ([`head`]): HTTP/1 request heads over our limits get the JSON 414 or 431 instead
-//!   of hyper's empty ones.
+//! - **Size** ([`head`]): request heads over our limits, HTTP/1 or HTTP/2, get the JSON 414
+//!   or 431 instead of hyper's empty ones.
 //! - **Stop**: [`Serving::stop_accepting`] closes the listener; [`Serving::finish`] shuts every
 //!   connection down gracefully and drops what is left at its deadline.
 //!
@@ -38,8 +38,9 @@ mod metrics;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use accept::caps;
 pub use accept::{BACKOFF_MAX, BACKOFF_MIN, REFUSAL_TIME, REFUSALS, raise_fd_limit};
+pub(crate) use accept::{Budget, Caps, caps};
+pub(crate) use activity::BodyTimeout;
 pub use metrics::{ConnectionMetrics, PortLabel};
 
 use activity::Policy;
@@ -65,6 +66,48 @@ pub struct PortStop {
     pub dropped: usize,
 }
 
+/// The answers of a refused connection: the port holds its maximum, or both ports hold
+/// their budget.
+struct Refusals {
+    full: axum::Router,
+    over_budget: axum::Router,
+    /// Most connections from one client IP address, and the answer beyond it.
+    per_address: (usize, axum::Router),
+}
+
+impl Refusals {
+    /// The answers of the `port` (`HTTP`, `gRPC`) holding `max` connections, its maximum set
+    /// by `flag`, of a client address holding `per_address_max`, or of both ports holding their
+    /// budget; `answer` makes a refusal of a message.
+    fn new(
+        port: &str,
+        flag: &str,
+        max: usize,
+        per_address_max: usize,
+        caps: &Caps,
+        answer: impl Fn(String) -> axum::Router,
+    ) -> Self {
+        let limit = caps.fd_limit.map_or_else(String::new, |l| {
+            format!(", three quarters of the open-file limit {l}")
+        });
+        Self {
+            full: answer(format!(
+                "the registry holds its maximum of {max} {port} connections; retry shortly (or \
+                 raise {flag})"
+            )),
+            over_budget: answer(format!(
+                "the registry holds its maximum of {} connections across its HTTP and gRPC \
+                 ports{limit}; retry shortly (or raise ulimit -n)",
+                caps.budget
+            )),
+            per_address: (
+                per_address_max,
+                answer(per_address_message(per_address_max)),
+            ),
+        }
+    }
+}
+
 /// A port being served.
 pub(crate) struct Serving {
     phase: watch::Sender<Phase>,
@@ -73,49 +116,51 @@ pub(crate) struct Serving {
 
 impl Serving {
     /// Serves the REST API: HTTP/1.1 and HTTP/2 with prior knowledge, under the header and
-    /// idle timeouts of `limits`, at most `max` connections.
+    /// idle timeouts of `limits`, at most `caps.http` connections and within `budget`, shared
+    /// with the gRPC port.
     pub(crate) fn http(
         listener: TcpListener,
         router: axum::Router,
         limits: &Connections,
-        max: usize,
+        caps: &Caps,
+        budget: Budget,
         metrics: ConnectionMetrics,
     ) -> Self {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         // Our own timeouts replace hyper's header read timeout (see `activity`).
         builder.http1().header_read_timeout(None);
-        let refusal = http_refusal(format!(
-            "the registry holds its maximum of {max} HTTP connections; retry shortly (or raise \
-             --http-max-connections)"
-        ));
-        let per_address = (
+        // HTTP/2 heads get the limits of HTTP/1 ones (`head::check`), with the JSON answers.
+        builder
+            .http2()
+            .max_header_list_size(head::H2_MAX_HEADER_LIST);
+        let max = caps.http;
+        let refusals = Refusals::new(
+            "HTTP",
+            "--http-max-connections",
+            max,
             limits.per_address_max,
-            http_refusal(per_address_message(limits.per_address_max)),
+            caps,
+            http_refusal,
         );
         let policy = Policy::Http {
             header: limits.http_header_timeout,
             idle: limits.http_idle_timeout,
+            body: limits.http_body_timeout,
         };
         Self::spawn(
-            listener,
-            "http",
-            builder,
-            router,
-            (refusal, per_address),
-            policy,
-            max,
-            metrics,
+            listener, "http", builder, router, refusals, policy, caps, max, budget, metrics,
         )
     }
 
     /// Serves gRPC: HTTP/2 only, keepalive pings as `liveness` says, the preface within the
-    /// handshake timeout of `limits`, at most `max` connections.
+    /// handshake timeout of `limits`, at most `caps.grpc` connections and within `budget`.
     pub(crate) fn grpc(
         listener: TcpListener,
         router: axum::Router,
         liveness: &LivenessTiming,
         limits: &Connections,
-        max: usize,
+        caps: &Caps,
+        budget: Budget,
         metrics: ConnectionMetrics,
     ) -> Self {
         let mut builder = auto::Builder::new(TokioExecutor::new()).http2_only();
@@ -124,26 +169,20 @@ impl Serving {
             .timer(TokioTimer::new())
             .keep_alive_interval(Some(liveness.keepalive_interval))
             .keep_alive_timeout(liveness.keepalive_timeout);
-        let refusal = grpc_refusal(format!(
-            "the registry holds its maximum of {max} gRPC connections; retry shortly (or raise \
-             --grpc-max-connections)"
-        ));
-        let per_address = (
+        let max = caps.grpc;
+        let refusals = Refusals::new(
+            "gRPC",
+            "--grpc-max-connections",
+            max,
             limits.per_address_max,
-            grpc_refusal(per_address_message(limits.per_address_max)),
+            caps,
+            grpc_refusal,
         );
         let policy = Policy::Grpc {
             handshake: limits.grpc_handshake_timeout,
         };
         Self::spawn(
-            listener,
-            "grpc",
-            builder,
-            router,
-            (refusal, per_address),
-            policy,
-            max,
-            metrics,
+            listener, "grpc", builder, router, refusals, policy, caps, max, budget, metrics,
         )
     }
 
@@ -153,9 +192,11 @@ impl Serving {
         label: &'static str,
         builder: auto::Builder<TokioExecutor>,
         router: axum::Router,
-        (refusal, per_address): (axum::Router, (usize, axum::Router)),
+        refusals: Refusals,
         policy: Policy,
+        caps: &Caps,
         max: usize,
+        budget: Budget,
         metrics: ConnectionMetrics,
     ) -> Self {
         let (phase, watching) = watch::channel(Phase::Serving);
@@ -169,10 +210,13 @@ impl Serving {
                 listener,
                 port,
                 router,
-                refusal,
+                refusal: refusals.full,
+                over_budget: refusals.over_budget,
                 policy,
                 max,
-                per_address,
+                per_address: refusals.per_address,
+                budget,
+                refusals: caps.refusals,
                 phase: watching,
             }
             .run(),

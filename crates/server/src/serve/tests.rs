@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gangway_proto::v1 as pb;
+use gangway_testkit::poll;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use gangway_testkit::poll;
 use tokio::time::Instant;
 
 use super::head::{MAX_HEAD, MAX_HEADERS, MAX_LINE, Scan, Verdict};
@@ -149,6 +149,27 @@ fn http2_prior_knowledge_is_not_scanned() {
     assert_eq!(feed_all(&mut scan, &[b'a'; MAX_HEAD * 2]), Verdict::Pass);
 }
 
+// ---- accept backoff ----
+
+#[tokio::test(start_paused = true)]
+async fn failing_accepts_back_off_doubling_and_an_episode_ends_after_a_quiet_second() {
+    use super::accept::{BACKOFF_MAX, BACKOFF_MIN, Backoff};
+    let emfile = std::io::Error::from_raw_os_error(24);
+    let mut b = Backoff::new();
+    let waits: Vec<Duration> = (0..10).map(|_| b.failed("http", &emfile)).collect();
+    assert_eq!(waits[0], BACKOFF_MIN);
+    assert_eq!(waits[1], BACKOFF_MIN * 2);
+    assert!(waits.windows(2).all(|w| w[1] >= w[0]), "{waits:?}");
+    assert_eq!(*waits.last().unwrap(), BACKOFF_MAX, "capped");
+    // An accept right after a failure is the same episode: the backoff stays.
+    b.succeeded("http");
+    assert_eq!(b.failed("http", &emfile), BACKOFF_MAX);
+    // A second without failures ends it: the next failure starts at the minimum again.
+    tokio::time::advance(BACKOFF_MAX).await;
+    b.succeeded("http");
+    assert_eq!(b.failed("http", &emfile), BACKOFF_MIN);
+}
+
 // ---- real sockets ----
 
 /// A slack for scheduling on a loaded machine: a close must come after its timeout and
@@ -261,7 +282,7 @@ async fn a_head_trickling_in_is_closed_within_the_header_timeout() {
 }
 
 #[tokio::test]
-async fn a_body_that_stops_arriving_is_refused_after_the_header_timeout() {
+async fn a_body_that_stops_arriving_is_answered_408_after_the_header_timeout() {
     let header = Duration::from_millis(400);
     let s = server(limits(header, Duration::from_secs(30))).await;
     let mut stream = TcpStream::connect(s.http_addr).await.unwrap();
@@ -277,8 +298,8 @@ async fn a_body_that_stops_arriving_is_refused_after_the_header_timeout() {
     let took = since.elapsed();
     let (status, body) = parse_answer(&buf[..n]);
     println!("body stalled after 6 of 100 bytes: {status} after {took:?} {body}");
-    assert_eq!(status, 400);
-    assert_eq!(body["error"]["field"], "body", "{body}");
+    assert_eq!(status, 408);
+    assert_eq!(body["error"]["code"], "request_timeout", "{body}");
     assert!(took >= header, "{took:?}");
     assert!(
         s.registry
@@ -289,10 +310,69 @@ async fn a_body_that_stops_arriving_is_refused_after_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn a_body_trickling_in_is_answered_408_at_the_body_timeout() {
+    // A byte every 100 ms never stalls for the header timeout (30 s), so only the bound on
+    // the whole body ends it.
+    let total = Duration::from_millis(800);
+    let s = server(Connections {
+        http_body_timeout: total,
+        ..limits(Duration::from_secs(30), Duration::from_secs(30))
+    })
+    .await;
+    let mut stream = TcpStream::connect(s.http_addr).await.unwrap();
+    let head = "POST /v1/services/trickled/instances HTTP/1.1\r\nhost: x\r\n\
+                content-type: application/json\r\ncontent-length: 200\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let since = Instant::now();
+    let (mut reader, mut writer) = stream.split();
+    let trickle = async {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        for _ in 0..200 {
+            tick.tick().await;
+            if writer.write_all(b" ").await.is_err() {
+                break;
+            }
+        }
+        std::future::pending::<()>().await;
+    };
+    let answer = async {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => return out,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let raw = tokio::time::timeout(total + SLACK, async {
+        tokio::select! {
+            raw = answer => raw,
+            () = trickle => unreachable!(),
+        }
+    })
+    .await
+    .expect("answered and closed within the body timeout");
+    let took = since.elapsed();
+    let (status, body) = parse_answer(&raw);
+    println!("body trickling at 10 B/s: {status} after {took:?} {body}");
+    assert_eq!(status, 408);
+    assert_eq!(body["error"]["code"], "request_timeout", "{body}");
+    assert!(
+        String::from_utf8_lossy(&raw).contains("connection: close"),
+        "{raw:?}"
+    );
+    assert!(took >= total, "{took:?}");
+}
+
+#[tokio::test]
 async fn an_idle_keep_alive_connection_lasts_the_idle_timeout_not_the_header_timeout() {
     let (header, idle) = (Duration::from_millis(300), Duration::from_millis(1500));
     let s = server(limits(header, idle)).await;
     let mut stream = TcpStream::connect(s.http_addr).await.unwrap();
+    // From before the request: the server's idle clock starts later (after its answer), so
+    // `took` can only overstate the idle time, never understate it.
+    let since = Instant::now();
     stream
         .write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
@@ -304,7 +384,6 @@ async fn an_idle_keep_alive_connection_lasts_the_idle_timeout_not_the_header_tim
         "{:?}",
         String::from_utf8_lossy(&buf[..n])
     );
-    let since = Instant::now();
     let (_, took) = until_closed(&mut stream, since, idle + SLACK).await;
     println!(
         "idle keep-alive connection closed after {took:?} (idle timeout {idle:?}, header {header:?})"
@@ -333,6 +412,93 @@ async fn a_watch_in_flight_outlives_both_timeouts() {
         chunks += 1;
     }
     assert!(chunks >= 2);
+}
+
+/// One HTTP/2 (prior knowledge) GET on a fresh connection: status and JSON body.
+async fn h2c_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(String, String)],
+) -> (u16, Value) {
+    use http_body_util::BodyExt as _;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut h2, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let mut request = http::Request::get(format!("http://x{path}"));
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let request = request
+        .body(http_body_util::Empty::<axum::body::Bytes>::new())
+        .unwrap();
+    let response = h2.send_request(request).await.expect("an answer");
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn h2c_heads_have_the_http1_limits_and_the_json_answers() {
+    let s = server(Connections::default()).await;
+    let big = |n: usize, len: usize| -> Vec<(String, String)> {
+        (0..n)
+            .map(|i| (format!("x-big-{i}"), "v".repeat(len)))
+            .collect()
+    };
+    // Over MAX_LINE: 414 with the JSON body, as on HTTP/1.
+    let path = format!("/v1/services/{}", "a".repeat(MAX_LINE));
+    let (status, body) = h2c_get(s.http_addr, &path, &[]).await;
+    println!("h2c, {} B path: {status} {body}", path.len());
+    assert_eq!(status, 414);
+    assert_eq!(body["error"]["code"], "uri_too_long", "{body}");
+    // 21 KB of headers: within the HTTP/1 head limit (hyper's HTTP/2 default, 16 KiB, would
+    // refuse it with an empty 431).
+    let (status, body) = h2c_get(s.http_addr, "/v1/health", &big(3, 7000)).await;
+    println!("h2c, 21 KB of headers: {status} {body}");
+    assert_eq!(status, 200, "{body}");
+    // 35 KB of headers: over MAX_HEAD.
+    let (status, body) = h2c_get(s.http_addr, "/v1/health", &big(5, 7000)).await;
+    println!("h2c, 35 KB of headers: {status} {body}");
+    assert_eq!(status, 431);
+    assert_eq!(body["error"]["code"], "headers_too_large", "{body}");
+    // One header line over MAX_LINE.
+    let (status, body) = h2c_get(s.http_addr, "/v1/health", &big(1, MAX_LINE)).await;
+    assert_eq!(status, 431);
+    assert_eq!(body["error"]["code"], "headers_too_large", "{body}");
+    // More than MAX_HEADERS small fields.
+    let (status, body) = h2c_get(s.http_addr, "/v1/health", &big(MAX_HEADERS + 1, 1)).await;
+    println!("h2c, {} header fields: {status} {body}", MAX_HEADERS + 1);
+    assert_eq!(status, 431);
+    assert_eq!(
+        body["error"]["message"],
+        format!("more than {MAX_HEADERS} header fields")
+    );
+}
+
+#[test]
+fn the_parsed_head_check_never_refuses_what_the_scan_passes() {
+    // A head exactly at the scan's limits passes both.
+    let target = format!("/{}", "a".repeat(MAX_LINE - "GET / HTTP/1.1\r".len()));
+    let raw = format!("GET {target} HTTP/1.1\r\nhost: x\r\n\r\n");
+    let mut scan = Scan::default();
+    assert_eq!(feed_all(&mut scan, raw.as_bytes()), Verdict::Pass);
+    let request = http::Request::get(target.as_str())
+        .header("host", "x")
+        .body(())
+        .unwrap();
+    assert!(super::head::check(&request).is_none());
+    let longer = http::Request::get(format!("{target}aa").as_str())
+        .body(())
+        .unwrap();
+    assert_eq!(
+        super::head::check(&longer).map(|e| e.code()),
+        Some("uri_too_long")
+    );
 }
 
 #[tokio::test]
@@ -431,73 +597,31 @@ async fn connections_beyond_the_maximum_get_a_clear_refusal_and_the_others_stay(
     assert_eq!(s.max_connections, (2, 1));
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut c = TcpStream::connect(s.http_addr).await.unwrap();
-        c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = vec![0u8; 4096];
-        let n = c.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-        held.push(c);
+        held.push(served_connection(s.http_addr).await);
     }
-    let mut third = TcpStream::connect(s.http_addr).await.unwrap();
-    third
-        .write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let (raw, took) = until_closed(&mut third, Instant::now(), SLACK).await;
-    let (status, body) = parse_answer(&raw);
-    println!("3rd HTTP connection with a maximum of 2: {status} {body} (closed after {took:?})");
-    assert_eq!(status, 503);
-    assert_eq!(body["error"]["code"], "overloaded");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("maximum of 2")
-    );
+    refused_get(
+        s.http_addr,
+        "3rd HTTP connection with a maximum of 2",
+        "maximum of 2",
+    )
+    .await;
     // The held connections still work.
     for c in &mut held {
-        c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = vec![0u8; 4096];
-        let n = c.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        health_on(c).await;
     }
     // A freed slot is used again.
     drop(held.pop());
-    let ok = poll(SLACK, || async {
-        let r = reqwest::get(format!("http://{}/v1/health", s.http_addr))
-            .await
-            .ok()?;
-        (r.status() == 200).then_some(())
-    })
-    .await;
+    let ok = health_within(s.http_addr, SLACK).await;
     assert!(ok.is_some(), "a freed slot is served again");
 
     // gRPC: one session holds the only slot; a second connection gets UNAVAILABLE.
     let (_session, mut pushes) = open_session(s.grpc_addr).await;
-    let mut second =
-        pb::registry_client::RegistryClient::connect(format!("http://{}", s.grpc_addr))
-            .await
-            .expect("TCP and HTTP/2 are accepted before the refusal");
-    let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let refused = second
-        .session(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect_err("refused");
-    println!(
-        "2nd gRPC connection with a maximum of 1: {:?} {}",
-        refused.code(),
-        refused.message()
-    );
-    assert_eq!(refused.code(), tonic::Code::Unavailable);
-    assert!(
-        refused.message().contains("maximum of 1 gRPC"),
-        "{}",
-        refused.message()
-    );
+    refused_session(
+        s.grpc_addr,
+        "2nd gRPC connection with a maximum of 1",
+        "maximum of 1 gRPC",
+    )
+    .await;
     // The first session is untouched.
     assert!(s.registry.session_count() == 1);
     assert!(
@@ -508,67 +632,131 @@ async fn connections_beyond_the_maximum_get_a_clear_refusal_and_the_others_stay(
     );
 }
 
-/// An HTTP/1.1 connection from `from` (any 127.0.0.0/8 address) that got one answer.
-async fn health_from(from: [u8; 4], to: std::net::SocketAddr) -> (TcpStream, Vec<u8>) {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind((std::net::Ipv4Addr::from(from), 0).into()).unwrap();
-    let mut c = socket.connect(to).await.unwrap();
+#[tokio::test]
+async fn both_ports_together_stay_within_three_quarters_of_the_fd_limit() {
+    // A lowered limit of 32 descriptors: a budget of 24 connections for both ports, although
+    // each port alone may hold 20.
+    let s = server(Connections {
+        http_max: Some(20),
+        grpc_max: Some(20),
+        fd_limit: Some(32),
+        ..Connections::default()
+    })
+    .await;
+    assert_eq!(s.max_connections, (20, 20));
+    assert_eq!(s.connection_budget, 24);
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        held.push(served_connection(s.http_addr).await);
+    }
+    let mut sessions = Vec::new();
+    for _ in 0..8 {
+        sessions.push(open_session(s.grpc_addr).await);
+    }
+    assert_eq!(s.registry.session_count(), 8);
+    // The 25th connection: the gRPC port is below its own maximum, the budget is not.
+    refused_session(
+        s.grpc_addr,
+        "25th connection on gRPC",
+        "maximum of 24 connections across its HTTP and gRPC ports",
+    )
+    .await;
+    // And on HTTP: the 503 JSON refusal, naming the shared budget.
+    refused_get(s.http_addr, "25th connection on HTTP", "open-file limit 32").await;
+    // A connection that closes frees its share for either port.
+    drop(held.pop());
+    let ok = health_within(s.http_addr, SLACK).await;
+    assert!(ok.is_some(), "a freed share is served again");
+    assert_eq!(s.registry.session_count(), 8, "the sessions stay");
+}
+
+#[test]
+fn explicit_maximums_above_the_fd_limit_are_bounded_together() {
+    let caps = super::caps(&Connections {
+        http_max: Some(5000),
+        grpc_max: Some(5000),
+        fd_limit: Some(1024),
+        ..Connections::default()
+    });
+    assert_eq!((caps.http, caps.grpc, caps.budget), (5000, 5000, 768));
+    assert_eq!(caps.refusals, 64);
+    let derived = super::caps(&Connections {
+        fd_limit: Some(256),
+        ..Connections::default()
+    });
+    assert_eq!((derived.http, derived.grpc, derived.budget), (96, 96, 192));
+    assert_eq!(
+        derived.refusals, 16,
+        "refusals fit in the reserve of 64 descriptors"
+    );
+}
+
+/// An HTTP connection that was served one request (so it holds a slot), kept open.
+async fn served_connection(addr: std::net::SocketAddr) -> TcpStream {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    health_on(&mut c).await;
+    c
+}
+
+/// A `/v1/health` request on `c`, which must answer 200.
+async fn health_on(c: &mut TcpStream) {
     c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
     let mut buf = vec![0u8; 4096];
     let n = c.read(&mut buf).await.unwrap();
-    buf.truncate(n);
-    (c, buf)
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
 }
 
-#[tokio::test]
-async fn connections_beyond_the_per_address_maximum_are_refused_naming_the_limit() {
-    let s = server(Connections {
-        per_address_max: 2,
-        ..Connections::default()
-    })
-    .await;
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        let (c, answer) = health_from([127, 0, 0, 1], s.http_addr).await;
-        assert!(answer.starts_with(b"HTTP/1.1 200"));
-        held.push(c);
-    }
-    let mut third = TcpStream::connect(s.http_addr).await.unwrap();
-    third
-        .write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let (raw, _) = until_closed(&mut third, Instant::now(), SLACK).await;
-    let (status, body) = parse_answer(&raw);
-    println!("3rd HTTP connection from one address with a maximum of 2: {status} {body}");
-    assert_eq!(status, 503);
-    assert_eq!(body["error"]["code"], "overloaded");
-    let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("connections-per-address"), "{message}");
-    // Another address has its own count; the held connections still work.
-    let (_other, answer) = health_from([127, 0, 0, 2], s.http_addr).await;
-    assert!(answer.starts_with(b"HTTP/1.1 200"), "another address is served");
-    for c in &mut held {
-        c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = vec![0u8; 4096];
-        let n = c.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-    }
-    // A closed connection frees its address's slot.
-    drop(held.pop());
-    let ok = poll(SLACK, || async {
-        let r = reqwest::get(format!("http://{}/v1/health", s.http_addr))
+/// Whether `/v1/health` answers 200 within `deadline` (polled).
+async fn health_within(addr: std::net::SocketAddr, deadline: Duration) -> Option<()> {
+    poll(deadline, || async {
+        let r = reqwest::get(format!("http://{addr}/v1/health"))
             .await
             .ok()?;
         (r.status() == 200).then_some(())
     })
-    .await;
-    assert!(ok.is_some(), "a freed slot is served again");
+    .await
 }
+
+/// A GET on a new HTTP connection the port refuses (`what` names it in the output), read
+/// until the server closes it: it must be a 503 `overloaded` whose message contains
+/// `expected`.
+async fn refused_get(addr: std::net::SocketAddr, what: &str, expected: &str) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (raw, took) = until_closed(&mut c, Instant::now(), SLACK).await;
+    let (status, body) = parse_answer(&raw);
+    println!("{what}: {status} {body} (closed after {took:?})");
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], "overloaded");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(expected), "{body}");
+}
+
+/// Opens a session on a connection the gRPC port refuses (`what` names it in the output):
+/// it must fail with UNAVAILABLE and a message containing `expected`.
+async fn refused_session(addr: std::net::SocketAddr, what: &str, expected: &str) {
+    let mut client = pb::registry_client::RegistryClient::connect(format!("http://{addr}"))
+        .await
+        .expect("TCP and HTTP/2 are accepted before the refusal");
+    let (_tx, rx) = tokio::sync::mpsc::channel(1);
+    let refused = client
+        .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect_err("refused");
+    println!("{what}: {:?} {}", refused.code(), refused.message());
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+    assert!(
+        refused.message().contains(expected),
+        "{}",
+        refused.message()
+    );
+}
+
+static NEXT_CLIENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Opens a native session: returns its sender and its inbound stream after `Welcome`.
 async fn open_session(
@@ -585,7 +773,10 @@ async fn open_session(
         request_id: 0,
         kind: Some(pb::client_message::Kind::Hello(pb::Hello {
             client_name: "test".into(),
-            client_id: "c1".into(),
+            client_id: format!(
+                "c{}",
+                NEXT_CLIENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
         })),
     })
     .await
@@ -754,4 +945,54 @@ async fn a_stop_drops_what_outlives_its_timeout() {
         drain.await.unwrap().is_err(),
         "the dropped request got no answer"
     );
+}
+
+/// An HTTP/1.1 connection from `from` (any 127.0.0.0/8 address) that got one answer.
+async fn health_from(from: [u8; 4], to: std::net::SocketAddr) -> (TcpStream, Vec<u8>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind((std::net::Ipv4Addr::from(from), 0).into())
+        .unwrap();
+    let mut c = socket.connect(to).await.unwrap();
+    c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = c.read(&mut buf).await.unwrap();
+    buf.truncate(n);
+    (c, buf)
+}
+
+#[tokio::test]
+async fn connections_beyond_the_per_address_maximum_are_refused_naming_the_limit() {
+    let s = server(Connections {
+        per_address_max: 2,
+        ..Connections::default()
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (c, answer) = health_from([127, 0, 0, 1], s.http_addr).await;
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
+        held.push(c);
+    }
+    refused_get(
+        s.http_addr,
+        "3rd HTTP connection from one address with a maximum of 2",
+        "connections-per-address",
+    )
+    .await;
+    // Another address has its own count; the held connections still work.
+    let (_other, answer) = health_from([127, 0, 0, 2], s.http_addr).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "another address is served"
+    );
+    for c in &mut held {
+        health_on(c).await;
+    }
+    // A closed connection frees its address's slot.
+    drop(held.pop());
+    let ok = health_within(s.http_addr, SLACK).await;
+    assert!(ok.is_some(), "a freed slot is served again");
 }

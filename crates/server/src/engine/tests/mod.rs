@@ -483,8 +483,8 @@ async fn an_update_that_changes_nothing_publishes_nothing() {
     assert_eq!(i.weight, 3.0);
 }
 
-mod rules;
 mod limits;
+mod rules;
 mod stall;
 
 #[tokio::test]

@@ -192,6 +192,15 @@ async fn an_unhealthy_instance_kept_by_protection_does_not_count_as_serving() {
         .unwrap_err();
     assert!(err.is_conflict(), "{err}");
     assert!(r.instance(&svc(), &inst(1).key).unwrap().enabled);
+    // Weight 0 would keep it in the view (protection) but not serving: refused too.
+    let zero = Patch {
+        weight: Some(0.0),
+        ..Patch::default()
+    };
+    let err = r.update(&svc(), &inst(1).key, zero).await.unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert_eq!(r.instance(&svc(), &inst(1).key).unwrap().weight, 1.0);
+    assert_eq!(r.service(&svc()).unwrap().serving, 1);
     // The unhealthy one may go: the serving one stays.
     r.update(&svc(), &sick.key, offline).await.unwrap();
     assert_eq!(r.view(&svc()).instances.len(), 1);
@@ -273,7 +282,10 @@ async fn a_drained_instance_serves_again_when_it_comes_back_an_offline_one_does_
     assert!(stored_mark());
     r.deregister(&svc(), &inst(1).key, false).await.unwrap();
     r.register(svc(), inst(1), lease()).await.unwrap();
-    assert!(!enabled(&r), "an operator's offline survives re-registration");
+    assert!(
+        !enabled(&r),
+        "an operator's offline survives re-registration"
+    );
     // A drain over it does not weaken it.
     r.drain(&svc(), &inst(1).key, Duration::from_millis(50), false)
         .await
@@ -471,7 +483,9 @@ async fn a_readiness_wait_overtaken_by_an_offline_is_a_conflict() {
     let r = registry();
     r.register(svc(), inst(1), lease()).await.unwrap();
     r.register(svc(), inst(2), lease()).await.unwrap();
-    let (a, _rx) = r.subscribe(&svc(), session_info()).unwrap();
+    // A subscriber that never acks: the wait must still end when the instance leaves.
+    let (_lazy, _rx) = r.subscribe(&svc(), session_info()).unwrap();
+    let started = tokio::time::Instant::now();
     let wait = tokio::spawn({
         let r = r.clone();
         async move {
@@ -480,19 +494,22 @@ async fn a_readiness_wait_overtaken_by_an_offline_is_a_conflict() {
         }
     });
     tokio::task::yield_now().await;
-    let (revision, _) = r
-        .update(
-            &svc(),
-            &inst(2).key,
-            Patch {
-                enabled: Some(false),
-                ..Patch::default()
-            },
-        )
-        .await
-        .unwrap();
-    r.ack(&a, revision);
+    r.update(
+        &svc(),
+        &inst(2).key,
+        Patch {
+            enabled: Some(false),
+            ..Patch::default()
+        },
+    )
+    .await
+    .unwrap();
     let err = wait.await.unwrap().unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "ended at the offline, not at the 30 s timeout: {:?}",
+        started.elapsed()
+    );
     assert!(matches!(err, RegistryError::LeftView { .. }), "{err}");
     assert!(err.is_conflict());
     assert!(err.to_string().contains("left the consumer view"), "{err}");

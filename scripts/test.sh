@@ -31,6 +31,12 @@ cargo nextest run --workspace --no-fail-fast --profile ci
 echo "== doc tests"
 cargo test --workspace --doc
 
+# A short fuzz run (issue 13; docs/fuzz.md): every parser of outside input, 5 s per target
+# (about 25 s), seeded by the date so each day tries other inputs; failing inputs land in
+# target/fuzz-failures/. The long run: `cargo run --release -p gangway-fuzz -- --inputs 1000000`.
+echo "== fuzz: short run"
+"$out/debug/gangway-fuzz" --inputs 1000000 --seconds 5 --seed "$(date +%Y%m%d)" --out "$out/fuzz-failures"
+
 # A short `gangway lab` (issue 4; docs/lab.md) so the command never rots: one or two rows per
 # table, 4 s of load each, three at a time (about 20 s). The full suite: `gangway lab`.
 echo "== gangway lab --quick"

@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 GANGWAY = os.environ.get("GANGWAY_BIN", os.path.join(TARGET, "debug", "gangway"))
-PYTHON = os.path.join(HERE, "python", ".venv", "bin", "python")
+PYTHON = os.environ.get("NACOS_PYTHON", os.path.join(HERE, "python", ".venv", "bin", "python"))
 RUST_DRIVER = os.environ.get(
     "NACOS_RUST_DRIVER",
     os.path.join(ROOT, "target", "nacos-rust", "debug", "gangway-nacos-rust-check"),
@@ -71,7 +71,7 @@ def free_pair():
 
 
 class Server:
-    def __init__(self, scratch):
+    def __init__(self, scratch, extra=()):
         self.port = free_pair()
         self.addr = f"127.0.0.1:{self.port}"
         self.log = open(os.path.join(scratch, "gangway.log"), "w")
@@ -87,6 +87,7 @@ class Server:
                 "--keepalive-interval", f"{KEEPALIVE_INTERVAL_MS}ms",
                 "--keepalive-timeout", f"{KEEPALIVE_TIMEOUT_MS}ms",
                 "--log", "info,gangway_server::nacos=debug",
+                *extra,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -607,6 +608,46 @@ def python_consumer_gangway_run_rollout(server, scratch):
             consumer.kill()
 
 
+def auth_file(scratch, users):
+    """An auth file (`gangway auth user add`) with `users`: (name, role); password name + "-pw"."""
+    path = os.path.join(scratch, "auth.toml")
+    for name, role in users:
+        subprocess.run(
+            [GANGWAY, "auth", "--file", path, "user", "add", name, "--role", role],
+            input=f"{name}-pw\n", capture_output=True, text=True, timeout=60, check=True,
+        )
+    return path
+
+
+def python_auth(server, scratch):
+    """Python SDK with username/password against `gangway server --auth`: logs in, registers, subscribes, sees pushes."""
+    own = tempfile.mkdtemp(prefix="auth-", dir=scratch)
+    path = auth_file(own, [("writer", "write"), ("reader", "read")])
+    other = Server(own, ["--auth", path])
+    try:
+        # Auth is on: an anonymous v1 list is refused, the login answers Nacos's shape.
+        status, _ = other.get("/nacos/v1/ns/instance/list", {"serviceName": "py-auth"})
+        check(status in (401, 403), f"anonymous v1 list with auth on: {status}")
+        run_to_end(python_child(other, own, "auth", other.addr, "py-auth"), 120, "python auth")
+        _, body = other.request(
+            "POST", "/nacos/v1/auth/login", body="username=reader&password=reader-pw",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        token = json.loads(body)["accessToken"]
+        def listed():
+            status, body = other.get(
+                "/nacos/v1/ns/instance/list", {"serviceName": "py-auth", "accessToken": token}
+            )
+            check(status == 200, f"list with the reader's login token: {status} {body}")
+            return json.loads(body)["hosts"]
+
+        took = wait_until(lambda: not listed(), 5, 0.05)
+        check(took is not None, f"the SDK clients' instances outlived their connections: {listed()}")
+        print("    anonymous list refused; after the SDK clients closed, their instances are gone")
+    finally:
+        other.stop()
+
+
 def server_stop_with_clients(server, scratch):
     """SIGTERM of a server with a Nacos gRPC client connected: it resets the connection and exits."""
     own = tempfile.mkdtemp(prefix="stop-", dir=scratch)
@@ -638,6 +679,7 @@ SCENARIOS = [
     rust_sdk,
     v1_malformed,
     server_stop_with_clients,
+    python_auth,
     node_basic,
     node_killed,
 ]

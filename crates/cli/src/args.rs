@@ -212,6 +212,24 @@ pub fn parse_meta(s: &str) -> Result<(String, String), String> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
+/// Parses a TCP port 1-65535. A value like `tcp://10.0.0.11:8848` is what Kubernetes puts in
+/// `GANGWAY_PORT` for a Service named `gangway` in the pod's namespace (its Docker-link style
+/// service variables); the error says so.
+pub fn parse_port(s: &str) -> Result<u16, String> {
+    if s.starts_with("tcp://") || s.starts_with("udp://") {
+        return Err(format!(
+            "must be a port 1-65535, got {s:?}: that is the variable Kubernetes sets for a \
+             Service named gangway in this namespace; set enableServiceLinks: false in the pod \
+             spec, or give the port explicitly"
+        ));
+    }
+    let port: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("must be a port 1-65535, got {s:?}"))?;
+    gangway_core::validate::port(port).map_err(|e| e.message)
+}
+
 pub use gangway_core::duration::{format as format_duration, parse as parse_duration};
 
 #[cfg(test)]

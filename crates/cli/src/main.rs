@@ -14,8 +14,8 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
+use gangway_cli::args;
 
-mod args;
 mod commands;
 mod demo;
 mod error;

@@ -109,6 +109,17 @@ pub struct ServerArgs {
     /// gRPC: most open connections; more get status UNAVAILABLE. `auto` as for HTTP.
     #[arg(long, default_value = "auto", value_parser = parse_max_connections, value_name = "N|auto")]
     pub grpc_max_connections: MaxConnections,
+    /// Both ports: most open connections from one client IP address; more get the port's
+    /// refusal naming the limit (docs/security.md, "Limits").
+    #[arg(long, default_value_t = config::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, value_name = "N")]
+    pub max_connections_per_address: usize,
+    /// Most subscriptions one session (native or Nacos gRPC) holds; one more is refused
+    /// `limit_exceeded`.
+    #[arg(long, default_value_t = config::DEFAULT_MAX_SUBSCRIPTIONS_PER_SESSION, value_name = "N")]
+    pub max_subscriptions_per_session: usize,
+    /// Most instances one session keeps alive; one more is refused `limit_exceeded`.
+    #[arg(long, default_value_t = config::DEFAULT_MAX_INSTANCES_PER_SESSION, value_name = "N")]
+    pub max_instances_per_session: usize,
     /// Users and API tokens (TOML, edited with `gangway auth`), reloaded on SIGHUP. Without
     /// it every request is allowed, so the server binds loopback addresses only.
     #[arg(long, value_name = "FILE")]
@@ -188,6 +199,9 @@ impl ServerArgs {
         c.connections.http_max = self.http_max_connections.get();
         c.connections.grpc_handshake_timeout = self.grpc_handshake_timeout.0;
         c.connections.grpc_max = self.grpc_max_connections.get();
+        c.connections.per_address_max = self.max_connections_per_address;
+        c.session_limits.subscriptions = self.max_subscriptions_per_session;
+        c.session_limits.instances = self.max_instances_per_session;
         c.validate().map_err(flag_problems)?;
         self.check_exposure()?;
         c.security.metrics_auth = self.metrics_auth;
@@ -232,6 +246,9 @@ fn flag_of(field: &str) -> String {
     let name = match name {
         "http_max" => "http_max_connections",
         "grpc_max" => "grpc_max_connections",
+        "per_address_max" => "max_connections_per_address",
+        "subscriptions" => "max_subscriptions_per_session",
+        "instances" => "max_instances_per_session",
         other => other,
     };
     format!("--{}", name.replace('_', "-"))

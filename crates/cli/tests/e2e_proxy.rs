@@ -400,24 +400,6 @@ async fn rolling_restart(stack: &Stack) -> Outcome {
     out
 }
 
-/// Reads `proc`'s stderr until a line contains `needle`; returns that line.
-async fn stderr_containing(proc: &mut Proc, needle: &str) -> String {
-    let lines = proc.stderr.as_mut().expect("stderr piped");
-    let found = tokio::time::timeout(STARTUP, async {
-        while let Some(line) = lines.next_line().await.expect("read stderr") {
-            if line.contains(needle) {
-                return Some(line);
-            }
-        }
-        None
-    })
-    .await;
-    match found {
-        Ok(Some(line)) => line,
-        other => panic!("no stderr line with {needle:?} (got {other:?})"),
-    }
-}
-
 /// A `gangway` command's stdout (it must exit 0).
 async fn command(args: &[&str]) -> String {
     let out = tokio::process::Command::new(GANGWAY)
@@ -480,11 +462,10 @@ async fn reloads(stack: &mut Stack) {
         failed["services"]["sick"]["settings"]["outlier"]["errors"], "network-and-5xx",
         "the running config is kept"
     );
-    let logged = stderr_containing(
-        &mut stack.proxy,
-        "config reload failed, keeping the previous config",
-    )
-    .await;
+    let logged = stack
+        .proxy
+        .stderr_line_containing("config reload failed, keeping the previous config")
+        .await;
     assert!(logged.contains("services.roll.balancer"), "{logged}");
 
     stack.write_config(CONFIG_CHANGED);

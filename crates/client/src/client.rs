@@ -71,8 +71,10 @@ impl Client {
     /// `Welcome`, retrying with backoff for at most `config.request_timeout`.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a bad config; [`Error::Connect`] (with the last failure)
-    /// when no session was established in time — the background task is stopped then.
+    /// [`Error::InvalidConfig`] for a bad config; [`Error::Unauthorized`] at once when the
+    /// registry refuses the token (UNAUTHENTICATED) or its role (PERMISSION_DENIED), without
+    /// retrying; [`Error::Connect`] (with the last failure) when no session was established in
+    /// time — the background task is stopped then.
     pub async fn connect(config: ClientConfig) -> Result<Client, Error> {
         let client = Client::start(config)?;
         let deadline = client.inner.config.request_timeout;
@@ -111,13 +113,21 @@ impl Client {
     /// `timeout`. Cancel-safe.
     ///
     /// # Errors
+    /// [`Error::Unauthorized`] at once when the registry refused the credentials;
     /// [`Error::Connect`] with the last connect failure when `timeout` passed first,
     /// [`Error::Closed`] when the client was closed.
     pub async fn first_session(&self, timeout: Duration) -> Result<(), Error> {
         let mut state = self.inner.state.clone();
-        let welcomed = tokio::time::timeout(timeout, state.wait_for(|s| s.info.is_some()))
-            .await
-            .map(|r| r.is_ok());
+        let welcomed = tokio::time::timeout(
+            timeout,
+            state.wait_for(|s| s.info.is_some() || s.refused.is_some()),
+        )
+        .await
+        .map(|r| r.is_ok());
+        let refused = state.borrow().refused.clone();
+        if let Some(error) = refused {
+            return Err(error);
+        }
         match welcomed {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::Closed),
@@ -204,7 +214,7 @@ impl Client {
                 service: service.clone(),
                 reply,
             })
-            .map_err(|_| Error::Closed)?;
+            .map_err(|_| self.closed())?;
         let after = self.inner.config.request_timeout;
         let receiver = match tokio::time::timeout(after, rx).await {
             Err(_) => {
@@ -213,7 +223,7 @@ impl Client {
                     after,
                 });
             }
-            Ok(Err(_)) => return Err(Error::Closed),
+            Ok(Err(_)) => return Err(self.closed()),
             Ok(Ok(result)) => result?,
         };
         Ok(Subscription::new(
@@ -229,6 +239,17 @@ impl Client {
         let _ = self.inner.commands.send(Command::Close);
     }
 
+    /// Why no more requests are possible: the registry's refusal of the credentials, if that
+    /// stopped the client, else [`Error::Closed`].
+    fn closed(&self) -> Error {
+        self.inner
+            .state
+            .borrow()
+            .refused
+            .clone()
+            .unwrap_or(Error::Closed)
+    }
+
     async fn request(
         &self,
         request: Request,
@@ -239,11 +260,11 @@ impl Client {
         self.inner
             .commands
             .send(Command::Request { request, reply })
-            .map_err(|_| Error::Closed)?;
+            .map_err(|_| self.closed())?;
         let after = self.inner.config.request_timeout.saturating_add(extra);
         match tokio::time::timeout(after, rx).await {
             Err(_) => Err(Error::Timeout { operation, after }),
-            Ok(Err(_)) => Err(Error::Closed),
+            Ok(Err(_)) => Err(self.closed()),
             Ok(Ok(result)) => result,
         }
     }

@@ -36,6 +36,19 @@ pub enum Error {
         /// The request field the error is about, if the registry named one.
         field: Option<String>,
     },
+    /// The registry refused the session's credentials (gRPC UNAUTHENTICATED: no, unknown or
+    /// removed token) or their role (PERMISSION_DENIED). The same config cannot succeed, so the
+    /// client stops: [`Client::connect`](crate::Client::connect) returns this at once instead of
+    /// retrying, and a client whose reconnect is refused fails its requests with it.
+    #[error("refused by the registry at {address}: {code}: {message}")]
+    Unauthorized {
+        /// The configured address.
+        address: String,
+        /// [`ErrorCode::Unauthenticated`] or [`ErrorCode::Forbidden`], as REST's.
+        code: ErrorCode,
+        /// The registry's reason.
+        message: String,
+    },
     /// No answer within the deadline. The request may still take effect on the registry.
     #[error("{operation} timed out after {after:?}")]
     Timeout {
@@ -58,14 +71,14 @@ impl Error {
         match self {
             Error::Connect { .. } | Error::Timeout { .. } => true,
             Error::Rejected { code, .. } => code.is_retryable(),
-            Error::InvalidConfig { .. } | Error::Closed => false,
+            Error::InvalidConfig { .. } | Error::Unauthorized { .. } | Error::Closed => false,
         }
     }
 
-    /// The registry's error code when this is [`Error::Rejected`].
+    /// The registry's error code when this is [`Error::Rejected`] or [`Error::Unauthorized`].
     pub fn code(&self) -> Option<&ErrorCode> {
         match self {
-            Error::Rejected { code, .. } => Some(code),
+            Error::Rejected { code, .. } | Error::Unauthorized { code, .. } => Some(code),
             _ => None,
         }
     }

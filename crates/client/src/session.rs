@@ -16,7 +16,7 @@ use gangway_proto::v1 as pb;
 use gangway_proto::v1::client_message::Kind as Out;
 use gangway_proto::v1::registry_client::RegistryClient;
 use gangway_proto::v1::server_message::Kind as In;
-use gangway_wire::proto;
+use gangway_wire::{ErrorCode, proto};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
@@ -81,6 +81,8 @@ pub(crate) struct SessionState {
     pub(crate) connected: bool,
     /// Why the last connection attempt or session ended.
     pub(crate) last_error: Option<String>,
+    /// The registry refused the credentials: the worker stopped for good.
+    pub(crate) refused: Option<Error>,
     pub(crate) closed: bool,
 }
 
@@ -124,6 +126,19 @@ impl PendingOp {
     /// Internal operations are dropped on disconnect instead of being re-sent.
     fn is_internal(&self) -> bool {
         matches!(self, PendingOp::Restore { .. } | PendingOp::Pull { .. })
+    }
+
+    /// Answers the caller with `error` (internal operations have none).
+    fn fail(self, error: Error) {
+        match self {
+            PendingOp::Register { reply, .. }
+            | PendingOp::Deregister { reply }
+            | PendingOp::Drain { reply }
+            | PendingOp::WaitReady { reply } => {
+                let _ = reply.send(Err(error));
+            }
+            _ => {}
+        }
     }
 
     /// The caller gave up (timed out or dropped the future): not worth re-sending.
@@ -227,9 +242,31 @@ impl Worker {
                         continue; // the registry is restarting: reconnect at once
                     }
                 }
-                Err(reason) => {
+                Err(OpenFailure::Retry(reason)) => {
                     tracing::debug!(%reason, "gangway connect failed");
                     self.state.send_modify(|s| s.last_error = Some(reason));
+                }
+                Err(OpenFailure::Refused { code, message }) => {
+                    // Credentials do not get better by retrying: stop, and say why.
+                    let error = Error::Unauthorized {
+                        address: self.config.address.clone(),
+                        code: ErrorCode::parse(code),
+                        message,
+                    };
+                    tracing::warn!(%error, "gangway session refused; not reconnecting");
+                    for (_, pending) in std::mem::take(&mut self.pending) {
+                        pending.op.fail(error.clone());
+                    }
+                    for entry in self.subscriptions.values_mut() {
+                        for waiter in entry.waiters.drain(..) {
+                            let _ = waiter.send(Err(error.clone()));
+                        }
+                    }
+                    self.state.send_modify(|s| {
+                        s.last_error = Some(error.to_string());
+                        s.refused = Some(error);
+                    });
+                    return self.finish();
                 }
             }
             let sleep = tokio::time::sleep(backoff);
@@ -702,13 +739,41 @@ fn register_message(service: &ServiceKey, instance: &InstanceKey, spec: &Registe
 }
 
 /// Connects, opens the stream, sends `Hello` and waits for `Welcome`, all within `deadline`.
+/// Why a session could not be opened.
+enum OpenFailure {
+    /// Transport, handshake or a transient refusal: try again after the backoff.
+    Retry(String),
+    /// The registry refused the credentials (`unauthenticated`) or their role (`forbidden`).
+    Refused { code: &'static str, message: String },
+}
+
+impl From<String> for OpenFailure {
+    fn from(reason: String) -> Self {
+        OpenFailure::Retry(reason)
+    }
+}
+
+impl OpenFailure {
+    fn of(status: &tonic::Status, what: &str) -> Self {
+        let code = match status.code() {
+            tonic::Code::Unauthenticated => "unauthenticated",
+            tonic::Code::PermissionDenied => "forbidden",
+            _ => return OpenFailure::Retry(format!("{what}: {status}")),
+        };
+        OpenFailure::Refused {
+            code,
+            message: status.message().to_owned(),
+        }
+    }
+}
+
 async fn open(
     endpoint: Endpoint,
     client_name: String,
     client_id: String,
     token: Option<crate::config::Token>,
     deadline: Duration,
-) -> Result<Conn, String> {
+) -> Result<Conn, OpenFailure> {
     let handshake = async move {
         let channel = endpoint.connect().await.map_err(|e| describe(&e))?;
         let mut client = RegistryClient::new(channel);
@@ -732,7 +797,7 @@ async fn open(
         let response = client
             .session(request)
             .await
-            .map_err(|status| format!("session refused: {status}"))?;
+            .map_err(|status| OpenFailure::of(&status, "session refused"))?;
         let mut inbound = response.into_inner();
         match inbound.message().await {
             Ok(Some(pb::ServerMessage {
@@ -743,14 +808,14 @@ async fn open(
                 inbound,
                 welcome,
             }),
-            Ok(Some(other)) => Err(format!("expected Welcome, got {other:?}")),
-            Ok(None) => Err("stream ended before Welcome".to_owned()),
-            Err(status) => Err(format!("stream error before Welcome: {status}")),
+            Ok(Some(other)) => Err(format!("expected Welcome, got {other:?}").into()),
+            Ok(None) => Err("stream ended before Welcome".to_owned().into()),
+            Err(status) => Err(OpenFailure::of(&status, "stream error before Welcome")),
         }
     };
     match tokio::time::timeout(deadline, handshake).await {
         Ok(result) => result,
-        Err(_) => Err(format!("no Welcome within {deadline:?}")),
+        Err(_) => Err(format!("no Welcome within {deadline:?}").into()),
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use gangway_client::{Client, ClientConfig, Error};
 use gangway_core::model::{InstanceKey, ServiceKey};
+use gangway_wire::ErrorCode;
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -71,4 +72,49 @@ async fn a_drain_completes_on_the_real_consumers_ack_and_the_last_one_is_refused
     provider.close();
     consumer.close();
     server.shutdown().await;
+}
+
+/// With auth on, a refused token is not retried: `connect` fails at once with
+/// `Error::Unauthorized` (had it retried, it would be `Error::Connect` after the 30 s request
+/// timeout), and a valid `read` token's registration is a non-retryable `forbidden`.
+#[tokio::test]
+async fn a_refused_token_fails_connect_at_once_and_is_not_retryable() {
+    use gangway_server::auth::file::grant;
+    use gangway_server::auth::{AuthFile, Authority, Role};
+
+    let mut file = AuthFile::default();
+    let reader = file.create_token("reader", vec![grant("public", Role::Read)]);
+    let mut config = gangway_server::Config::for_tests();
+    config.security.authority = Authority::from_file(file);
+    let server = gangway_server::start_in_memory(config)
+        .await
+        .expect("the registry starts");
+    let address = format!("http://{}", server.grpc_addr);
+    let mut changed = reader.clone();
+    let last = changed.pop().unwrap();
+    changed.push(if last == 'A' { 'B' } else { 'A' });
+    for token in [None, Some(changed.as_str()), Some("gwt_00000000_unknown")] {
+        let mut config = ClientConfig::new(address.clone());
+        config.request_timeout = Duration::from_secs(30);
+        if let Some(t) = token {
+            config = config.with_token(t);
+        }
+        let err = Client::connect(config).await.expect_err("refused");
+        assert!(
+            matches!(&err, Error::Unauthorized { code, .. } if *code == ErrorCode::Unauthenticated),
+            "{token:?}: {err:?}"
+        );
+        assert!(!err.is_retryable(), "{err}");
+        assert_eq!(err.code(), Some(&ErrorCode::Unauthenticated));
+        println!("{token:?}: {err}");
+    }
+    let client = Client::connect(ClientConfig::new(address).with_token(reader))
+        .await
+        .expect("a valid token connects");
+    let err = client
+        .register(orders(), instance(1), 1.0, BTreeMap::new())
+        .await
+        .expect_err("a read token cannot register");
+    assert_eq!(err.code(), Some(&ErrorCode::Forbidden), "{err}");
+    assert!(!err.is_retryable(), "{err}");
 }

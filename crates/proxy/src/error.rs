@@ -12,6 +12,7 @@
 //! | `method_not_supported` | 501 | `CONNECT` (the proxy does not tunnel) |
 //! | `body_too_large` | 413 | the request body exceeds `max_request_body` |
 //! | `bad_request_body` | 400 | the request body broke off |
+//! | `request_timeout` | 408 | the request body did not arrive within [`BODY_READ_TIMEOUT`](crate::proxy::BODY_READ_TIMEOUT) (10 s) |
 //! | `unknown_service` | 503 | the registry has never had an instance of the service |
 //! | `no_instance` | 503 | the service has no instance that may take requests |
 //! | `too_many_services` | 503 | routing one more service would exceed `max_services` |
@@ -60,6 +61,12 @@ pub enum ProxyError {
     BodyTooLarge {
         /// The limit in bytes.
         limit: usize,
+    },
+    /// The request body did not arrive in time (a client trickling it).
+    #[error("the request body did not arrive within {after_ms} ms")]
+    BodyTimeout {
+        /// The bound, ms.
+        after_ms: u64,
     },
     /// The request body broke off while it was read.
     #[error("the request body broke off: {reason}")]
@@ -114,6 +121,7 @@ impl ProxyError {
             ProxyError::MethodNotSupported { .. } => "method_not_supported",
             ProxyError::BodyTooLarge { .. } => "body_too_large",
             ProxyError::BadRequestBody { .. } => "bad_request_body",
+            ProxyError::BodyTimeout { .. } => "request_timeout",
             ProxyError::UnknownService { .. } => "unknown_service",
             ProxyError::NoInstance { .. } => "no_instance",
             ProxyError::TooManyServices { .. } => "too_many_services",
@@ -130,6 +138,7 @@ impl ProxyError {
             | ProxyError::BadRequestBody { .. } => StatusCode::BAD_REQUEST,
             ProxyError::MethodNotSupported { .. } => StatusCode::NOT_IMPLEMENTED,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ProxyError::UnknownService { .. }
             | ProxyError::NoInstance { .. }
             | ProxyError::TooManyServices { .. }
@@ -218,6 +227,7 @@ mod tests {
                 501,
             ),
             (ProxyError::BodyTooLarge { limit: 1 }, 413),
+            (ProxyError::BodyTimeout { after_ms: 1 }, 408),
             (ProxyError::NoInstance { service: s.clone() }, 503),
             (
                 ProxyError::TooManyServices {

@@ -46,6 +46,10 @@ pub const ATTEMPTS_HEADER: &str = "x-gangway-attempts";
 /// second wake-up of the client); larger or chunked answers stream: 64 KiB.
 pub const BUFFERED_ANSWER: u64 = 64 * 1024;
 
+/// A request body must be read whole within this from the end of its head (a client that
+/// trickles it gets 408 `request_timeout`, as the registry's `--http-body-timeout`): 10 s.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The body of every answer: an instance's, streamed, or the proxy's own JSON.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
@@ -431,9 +435,12 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ProxyError::BodyTooLarge { limit });
     }
-    let body = Limited::new(body, limit)
-        .collect()
+    let read = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect());
+    let body = read
         .await
+        .map_err(|_| ProxyError::BodyTimeout {
+            after_ms: BODY_READ_TIMEOUT.as_millis() as u64,
+        })?
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 ProxyError::BodyTooLarge { limit }

@@ -26,7 +26,8 @@ use crate::config::{Config, Overrides};
 use crate::metrics::ProxyMetrics;
 use crate::proxy::{Proxy, Source};
 
-/// A request's head must arrive within this on HTTP/1.1 connections (slow clients): 30 s.
+/// A request's head must arrive within this on HTTP/1.1 connections (slow clients), and a new
+/// connection's first byte on any (an idle one that sends nothing is closed then): 30 s.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most concurrent streams of one HTTP/2 connection: 256.
 pub const MAX_CONCURRENT_STREAMS: u32 = 256;
@@ -86,15 +87,22 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(proxy.handle(request).await) }
             })
         };
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let (builder, watcher) = (builder.clone(), graceful.watcher());
         let connections = connections.clone();
         connections.inc();
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "downstream connection ended with an error");
+            // The auto builder reads the first bytes to tell HTTP/1.1 from h2c before any of
+            // its own timeouts runs: a connection that sends nothing at all would hold its
+            // permit for ever. It gets HEADER_READ_TIMEOUT for its first byte, like a head.
+            let mut first = [0u8; 1];
+            let spoke = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await;
+            if matches!(spoke, Ok(Ok(n)) if n > 0) {
+                let connection = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned();
+                if let Err(e) = watcher.watch(connection).await {
+                    tracing::debug!(error = %e, "downstream connection ended with an error");
+                }
             }
             connections.dec();
             drop(permit);

@@ -83,6 +83,17 @@ pub const DEFAULT_GRPC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// derived from the file descriptor limit (`None`): 10,000.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
+/// Most open connections from one client IP address, per port: 4,096, well under a port's
+/// [`DEFAULT_MAX_CONNECTIONS`] so one address cannot take a port, and above what gangway's own
+/// loopback benchmarks open (1,000 connections for 100,000 sessions). Beyond it a connection
+/// gets the port's refusal (503 `overloaded` / UNAVAILABLE) naming the limit.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 4_096;
+/// Most subscriptions one session (native gRPC session, Nacos gRPC connection) holds: 10,000.
+pub const DEFAULT_MAX_SUBSCRIPTIONS_PER_SESSION: usize = 10_000;
+/// Most instances one session keeps alive: 100,000 (the `big-service` benchmark registers
+/// 20,000 over one session).
+pub const DEFAULT_MAX_INSTANCES_PER_SESSION: usize = 100_000;
+
 /// Everything the engine and the transports need, resolved. Build it from
 /// [`Config::default`] and check it with [`Config::validate`].
 #[derive(Debug, Clone)]
@@ -126,6 +137,27 @@ pub struct Config {
     pub nacos: NacosTiming,
     /// Authentication and its options (docs/security.md).
     pub security: Security,
+    /// What one session may hold (docs/security.md, "Limits").
+    pub session_limits: SessionLimits,
+}
+
+/// What one session may hold; beyond it a subscribe or register is refused with
+/// `limit_exceeded` naming the limit, and nothing changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Subscriptions per session (default [`DEFAULT_MAX_SUBSCRIPTIONS_PER_SESSION`]).
+    pub subscriptions: usize,
+    /// Instances a session keeps alive (default [`DEFAULT_MAX_INSTANCES_PER_SESSION`]).
+    pub instances: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            subscriptions: DEFAULT_MAX_SUBSCRIPTIONS_PER_SESSION,
+            instances: DEFAULT_MAX_INSTANCES_PER_SESSION,
+        }
+    }
 }
 
 /// Authentication and what it covers. Default: off ([`Authority::off`]), which only a
@@ -212,6 +244,9 @@ pub struct Connections {
     /// gRPC: most open connections; further ones get gRPC status UNAVAILABLE and are closed.
     /// `None` (default): derived as for [`Connections::http_max`].
     pub grpc_max: Option<usize>,
+    /// Both ports: most open connections from one client IP address (default
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]).
+    pub per_address_max: usize,
     /// The open-file limit the maximums and the budget of both ports together (three quarters
     /// of it) are derived from. `None` (default): the process's soft `RLIMIT_NOFILE`. Set it
     /// lower to keep a server to a share of the process's descriptors (several servers in one
@@ -228,6 +263,7 @@ impl Default for Connections {
             http_max: None,
             grpc_handshake_timeout: DEFAULT_GRPC_HANDSHAKE_TIMEOUT,
             grpc_max: None,
+            per_address_max: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             fd_limit: None,
         }
     }
@@ -275,6 +311,7 @@ impl Default for Config {
             connections: Connections::default(),
             nacos: NacosTiming::default(),
             security: Security::default(),
+            session_limits: SessionLimits::default(),
         }
     }
 }
@@ -299,7 +336,8 @@ impl Config {
     /// and stall recovery 0-1 h; offline-mark expiry 1 s-30 days; resend interval 10 ms-60 s;
     /// poller expiry 1 s-1 h; stall threshold 400 ms-1 h; push intervals 0-10 s; drain
     /// timeout 1 ms-1 h; shutdown timeout 100 ms-10 min; HTTP header and idle timeouts and gRPC
-    /// handshake timeout 100 ms-1 h; connection maximums 1-1,000,000; Nacos detection 1 s-1 h.
+    /// handshake timeout 100 ms-1 h; connection maximums (per port and per address) and session
+    /// limits 1-1,000,000; Nacos detection 1 s-1 h.
     ///
     /// Errors: every field out of its bounds, each named.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -410,6 +448,18 @@ impl Config {
         for (field, max) in [
             ("connections.http_max", self.connections.http_max),
             ("connections.grpc_max", self.connections.grpc_max),
+            (
+                "connections.per_address_max",
+                Some(self.connections.per_address_max),
+            ),
+            (
+                "session_limits.subscriptions",
+                Some(self.session_limits.subscriptions),
+            ),
+            (
+                "session_limits.instances",
+                Some(self.session_limits.instances),
+            ),
         ] {
             if let Some(n) = max.filter(|n| !(1..=1_000_000).contains(n)) {
                 problems.push(ConfigProblem {

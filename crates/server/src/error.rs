@@ -84,6 +84,15 @@ pub enum ApiError {
         /// What is accepted.
         message: String,
     },
+    /// A session holds the most it may of something (HTTP 429, gRPC RESOURCE_EXHAUSTED); the
+    /// message names the limit.
+    #[error("{message}")]
+    LimitExceeded {
+        /// The limit (`subscriptions-per-session`, `instances-per-session`).
+        limit: &'static str,
+        /// What was refused and why.
+        message: String,
+    },
     /// The server holds its maximum number of connections (HTTP 503, gRPC UNAVAILABLE); retry
     /// later or on another server.
     #[error("{message}")]
@@ -127,6 +136,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => ErrorCode::UriTooLong,
             ApiError::HeadersTooLarge { .. } => ErrorCode::HeadersTooLarge,
             ApiError::Overloaded { .. } => ErrorCode::Overloaded,
+            ApiError::LimitExceeded { .. } => ErrorCode::LimitExceeded,
             ApiError::Unauthenticated { .. } => ErrorCode::Unauthenticated,
             ApiError::Forbidden { .. } => ErrorCode::Forbidden,
             ApiError::UnsupportedMediaType { .. } => ErrorCode::UnsupportedMediaType,
@@ -193,6 +203,7 @@ impl ApiError {
             ApiError::Forbidden { .. } => tonic::Code::PermissionDenied,
             ApiError::WarmingUp | ApiError::Overloaded { .. } => tonic::Code::Unavailable,
             ApiError::Store(_) => tonic::Code::Internal,
+            ApiError::LimitExceeded { .. } => tonic::Code::ResourceExhausted,
             _ => tonic::Code::InvalidArgument,
         }
     }
@@ -206,6 +217,10 @@ impl From<RegistryError> for ApiError {
         match e {
             RegistryError::Invalid(v) => ApiError::Invalid(v),
             RegistryError::WarmingUp => ApiError::WarmingUp,
+            RegistryError::Refused(a) => ApiError::from(a),
+            RegistryError::LimitExceeded { limit, .. } => {
+                ApiError::LimitExceeded { limit, message }
+            }
             RegistryError::Store(_) | RegistryError::Internal(_) => ApiError::Store(message),
             e if e.is_not_found() => ApiError::NotFound { message },
             _ => ApiError::Conflict { message },

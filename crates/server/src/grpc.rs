@@ -366,11 +366,11 @@ impl Session {
         instance.metadata = r.metadata.into_iter().collect();
         let (revision, _) = self
             .registry
-            .register_owned(
+            .register_as(
                 service,
                 instance,
                 LivenessRequest::Session(self.id.clone()),
-                self.caller.owner().map(str::to_owned),
+                self.caller.clone(),
             )
             .await?;
         Ok(pb::Reply {

@@ -420,3 +420,41 @@ async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
             .all(|k| !k.as_str().starts_with("access-control-"))
     );
 }
+
+#[tokio::test]
+async fn another_principal_cannot_poll_as_someone_elses_nacos_client_ip_and_udp_port() {
+    let f = started().await;
+    assert_eq!(f.register(Some(&f.writer), 1).await.0, StatusCode::OK);
+    let poll = |token: &str| {
+        let url = f.url(&format!(
+            "/nacos/v1/ns/instance/list?serviceName=orders&clientIP=10.1.1.1&udpPort=5555\
+             &accessToken={token}"
+        ));
+        let http = f.http.clone();
+        async move { http.get(url).send().await.unwrap().status() }
+    };
+    assert_eq!(poll(&f.reader).await, StatusCode::OK);
+    assert_eq!(poll(&f.reader).await, StatusCode::OK);
+    assert_eq!(poll(&f.other_writer).await, StatusCode::OK);
+    let (_, body) = f
+        .call(
+            reqwest::Method::GET,
+            "/v1/services/orders/subscribers",
+            Some(&f.reader),
+            None,
+        )
+        .await;
+    let subs = body["subscribers"].as_array().unwrap();
+    assert_eq!(subs.len(), 2, "one poller per principal: {body}");
+    let reader = format!("token:{}:nacos-v1-", f.reader.split('_').nth(1).unwrap());
+    assert!(
+        subs.iter()
+            .any(|s| s["client_name"].as_str().unwrap().starts_with(&reader)),
+        "{body}"
+    );
+    assert!(
+        subs.iter()
+            .all(|s| s["address"] == "10.1.1.1:5555" && s["kind"] == "poller"),
+        "{body}"
+    );
+}

@@ -39,6 +39,10 @@ pub enum ErrorCode {
     /// `overloaded`: the server holds its maximum of connections; retry later or elsewhere
     /// (HTTP 503).
     Overloaded,
+    /// `limit_exceeded`: one more would pass a documented limit of the session (instances,
+    /// subscriptions per session; docs/security.md); the refusal names the limit (HTTP 429;
+    /// gRPC RESOURCE_EXHAUSTED).
+    LimitExceeded,
     /// `internal`: the store or the registry itself failed (HTTP 500).
     Internal,
     /// `request_timeout`: the request body did not arrive in time (HTTP 408; the connection
@@ -83,7 +87,7 @@ pub struct ErrorBody {
 
 impl ErrorCode {
     /// Every code this version knows, in the order of the docs.
-    pub const KNOWN: [ErrorCode; 14] = [
+    pub const KNOWN: [ErrorCode; 15] = [
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
@@ -93,6 +97,7 @@ impl ErrorCode {
         ErrorCode::HeadersTooLarge,
         ErrorCode::WarmingUp,
         ErrorCode::Overloaded,
+        ErrorCode::LimitExceeded,
         ErrorCode::Internal,
         ErrorCode::RequestTimeout,
         ErrorCode::Unauthenticated,
@@ -112,6 +117,7 @@ impl ErrorCode {
             ErrorCode::HeadersTooLarge => "headers_too_large",
             ErrorCode::WarmingUp => "warming_up",
             ErrorCode::Overloaded => "overloaded",
+            ErrorCode::LimitExceeded => "limit_exceeded",
             ErrorCode::Internal => "internal",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Unauthenticated => "unauthenticated",
@@ -141,6 +147,7 @@ impl ErrorCode {
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
+            ErrorCode::LimitExceeded => 429,
             ErrorCode::UriTooLong => 414,
             ErrorCode::HeadersTooLarge => 431,
             ErrorCode::WarmingUp | ErrorCode::Overloaded => 503,

@@ -4,6 +4,8 @@
     python scenarios.py holder   HTTP_ADDR SERVICE IP PORT   # registers, prints READY, waits
     python scenarios.py consumer HTTP_ADDR SERVICE           # subscribes, prints each change
     python scenarios.py load     HTTP_ADDR SERVICE RATE SECS # GET /ping round robin over the pushed list
+    python scenarios.py auth     HTTP_ADDR SERVICE           # username/password against --auth (users
+                                                             # writer, reader: password = name + "-pw")
 
 `basic` asserts and exits non-zero on the first failure; the others are steered by
 tests/nacos/run.py (signals, timing). Everything printed is one line per event, flushed.
@@ -42,10 +44,13 @@ def fail(msg):
     sys.exit(1)
 
 
-async def client(addr, namespace=""):
+async def client(addr, namespace="", username=None, password=None):
     scratch = os.environ.get("NACOS_SCRATCH") or tempfile.mkdtemp(prefix="nacos-py-")
+    builder = ClientConfigBuilder()
+    if username is not None:
+        builder = builder.username(username).password(password)
     cfg = (
-        ClientConfigBuilder()
+        builder
         .server_address(addr)
         .namespace_id(namespace)
         .log_level("WARNING")
@@ -249,10 +254,72 @@ async def load(addr, service, rate, secs):
     say(json.dumps({"sent": len(results), "failed": len(failures), "failures": failures[:20]}))
 
 
+async def auth(addr, service):
+    """Against `gangway server --auth`: the SDK logs in with username/password
+    (/nacos/v1/auth/users/login) and sends the accessToken on every gRPC request. A `write` user
+    registers, a `read` user subscribes and sees the pushes but cannot register, a wrong password
+    registers nothing."""
+    writer = await client(addr, username="writer", password="writer-pw")
+    reader = await client(addr, username="reader", password="reader-pw")
+    seen = []
+
+    async def on_change(instances):
+        seen.append(sorted(f"{i.ip}:{i.port}" for i in instances))
+
+    await reader.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+    if not await writer.register_instance(reg(service, "10.3.0.1", 8001)):
+        fail("the write user's register_instance returned False")
+    if not await writer.register_instance(reg(service + "-b", "10.3.0.2", 8002)):
+        fail("the write user's second register_instance returned False")
+    say("ok logged in as writer (username/password), registered")
+
+    async def pushed(want):
+        return any(s == want for s in seen)
+
+    took = await until(lambda: pushed(["10.3.0.1:8001"]), "the push of the registration")
+    say(f"ok logged in as reader, subscribed, pushed the registration ({took * 1000:.0f} ms)")
+    await writer.deregister_instance(
+        DeregisterInstanceParam(service_name=service, ip="10.3.0.1", port=8001)
+    )
+    await writer.register_instance(reg(service, "10.3.0.3", 8003))
+    took = await until(lambda: pushed(["10.3.0.3:8003"]), "the push of the change")
+    say(f"ok reader pushed the deregistration and the next registration ({took * 1000:.0f} ms)")
+
+    def refused_register(ns, who):
+        async def attempt():
+            try:
+                ok = await ns.register_instance(reg(service, "10.3.0.9", 8009))
+            except Exception as e:  # noqa: BLE001 - the SDK raises NacosException
+                return str(e)
+            if ok:
+                fail(f"{who} registered")
+            return "register_instance returned False"
+        return attempt()
+
+    why = await refused_register(reader, "the read user")
+    if "register" not in why:
+        fail(f"the read user's refusal does not name the rule: {why}")
+    say(f"ok the read user cannot register: {why[:160]}")
+    try:
+        wrong = await asyncio.wait_for(client(addr, username="writer", password="wrong"), STEP_TIMEOUT)
+        why = await asyncio.wait_for(refused_register(wrong, "a wrong password"), STEP_TIMEOUT)
+    except asyncio.TimeoutError:
+        fail("a client with a wrong password neither registered nor failed")
+    except Exception as e:  # noqa: BLE001 - refused while connecting is refused too
+        why = f"{type(e).__name__}: {e}"
+    say(f"ok a wrong password registers nothing: {why[:160]}")
+    got, _ = await addrs(reader, service)
+    if got != ["10.3.0.3:8003"]:
+        fail(f"the refused registrations changed the list: {got}")
+    for ns in (writer, reader):
+        await ns.shutdown()
+    say("PASS python nacos-sdk auth")
+
+
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
-    run = {"basic": basic, "holder": holder, "consumer": consumer, "load": load}[mode]
-    asyncio.run(asyncio.wait_for(run(*args), None if mode != "basic" else 120))
+    run = {"basic": basic, "holder": holder, "consumer": consumer, "load": load, "auth": auth}[mode]
+    asyncio.run(asyncio.wait_for(run(*args), None if mode not in ("basic", "auth") else 120))
 
 
 if __name__ == "__main__":

@@ -90,10 +90,24 @@ impl Proc {
 
     /// Reads stderr until a line starts with `prefix`.
     pub async fn stderr_line_starting(&mut self, prefix: &str) -> String {
+        self.stderr_line(&format!("starting with {prefix:?}"), |l| {
+            l.starts_with(prefix)
+        })
+        .await
+    }
+
+    /// Reads stderr until a line contains `needle`.
+    pub async fn stderr_line_containing(&mut self, needle: &str) -> String {
+        self.stderr_line(&format!("with {needle:?}"), |l| l.contains(needle))
+            .await
+    }
+
+    /// Reads stderr, for at most [`STARTUP`], until a line `matches`; panics naming `what`.
+    async fn stderr_line(&mut self, what: &str, matches: impl Fn(&str) -> bool) -> String {
         let lines = self.stderr.as_mut().expect("stderr piped");
         let found = tokio::time::timeout(STARTUP, async {
             while let Some(line) = lines.next_line().await.expect("read stderr") {
-                if line.starts_with(prefix) {
+                if matches(&line) {
                     return Some(line);
                 }
             }
@@ -102,7 +116,7 @@ impl Proc {
         .await;
         match found {
             Ok(Some(line)) => line,
-            other => panic!("no stderr line starting with {prefix:?} (got {other:?})"),
+            other => panic!("no stderr line {what} (got {other:?})"),
         }
     }
 
@@ -175,6 +189,16 @@ impl Server {
         let mut server = Self::spawn(data_dir, http, grpc, extra, None).await;
         server.proc.forward_stderr("server");
         server
+    }
+
+    /// Starts `gangway server` on fresh ports and keeps every line of its stderr (the log).
+    pub async fn start_logged(
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> (Server, Arc<Mutex<Vec<String>>>) {
+        let mut server = Self::spawn(data_dir, "127.0.0.1:0", "127.0.0.1:0", extra, None).await;
+        let log = server.proc.keep_stderr("server");
+        (server, log)
     }
 
     /// Starts `gangway server` with fresh ports and its open-file limit lowered to `fd_limit`;

@@ -97,8 +97,8 @@ pub struct OutlierConfig {
     /// requests instead of a window. 0 disables the trigger.
     pub consecutive_failures: u32,
     /// Largest share of a service's `n` instances ejected at once: at most
-    /// `floor(n x max_ejection_ratio)` (none when that is below 1), and never the last
-    /// instance that is not ejected. Checked at ejection time; an instance over the limit
+    /// `floor(n x max_ejection_ratio)`, but at least one when the ratio is above 0 (as Envoy),
+    /// and never the last instance that is not ejected. Checked at ejection time; an instance over the limit
     /// stays in until another one recovers. Default [`DEFAULT_MAX_EJECTION_RATIO`] (0.2):
     /// when many instances look bad at once the cause is usually shared (the network, a
     /// dependency, the consumer itself), and ejecting them would overload the rest. Must be
@@ -216,11 +216,19 @@ impl OutlierConfig {
         }
     }
 
-    /// How many of `n` instances may be ejected at once: `floor(n x max_ejection_ratio)`,
-    /// and at most `n - 1` so one instance always stays (0 when `n` is 0).
+    /// How many of `n` instances may be ejected at once: `floor(n x max_ejection_ratio)` but
+    /// at least one when the ratio is above 0 (Envoy's `max_ejection_percent`: "will eject at
+    /// least one host regardless of the value"), so a crashed instance of a small service is
+    /// ejected; at most `n - 1` so one instance always stays (0 when `n` is 0 or 1). A ratio
+    /// of 0 ejects nothing.
     pub fn max_ejected(&self, n: usize) -> usize {
         // The epsilon keeps 100 x 0.29 (28.999999999999996 in f64) at 29.
         let allowed = (n as f64 * self.max_ejection_ratio + 1e-9).floor() as usize;
+        let allowed = if self.max_ejection_ratio > 0.0 {
+            allowed.max(1)
+        } else {
+            0
+        };
         allowed.min(n.saturating_sub(1))
     }
 

@@ -95,7 +95,7 @@ impl OutlierDetector {
     ///
     /// `available` is `n`, the number of instances of the service the caller may currently
     /// send to, ejected ones included (usually the candidates passed to
-    /// [`admit`](Self::admit)); it bounds ejection to `floor(n x max_ejection_ratio)` and
+    /// [`admit`](Self::admit)); it bounds ejection to [`OutlierConfig::max_ejected`] and
     /// keeps the last instance in.
     ///
     /// For an ejected instance whose probe request was admitted

@@ -11,8 +11,8 @@
 //! - **consecutive failures**: [`consecutive_failures`](OutlierConfig::consecutive_failures)
 //!   (5) connection failures in a row, so a crashed instance goes within a few requests.
 //!
-//! At most `floor(n x max_ejection_ratio)` of the service's `n` instances are ejected at once
-//! (ratio 0.2; 6 x 0.6 = 3 may be, 4 x 0.2 = 0.8 means none), and never the last one that is
+//! At most `floor(n x max_ejection_ratio)` (at least one unless the ratio is 0) of the service's `n` instances are ejected at once
+//! (ratio 0.2; 6 x 0.6 = 3 may be, 4 x 0.2 = 0.8 means one, as Envoy), and never the last one that is
 //! not: both are checked at ejection time.
 //!
 //! An ejected instance is checked for recovery on a linear schedule: the k-th check comes

@@ -86,7 +86,8 @@ proptest! {
                 .map(|i| Instance::new(InstanceKey::new(&format!("10.0.0.{i}"), 80, "")))
                 .collect();
             // Integer arithmetic, independent of the detector's float rounding.
-            let limit = (n * percent as usize / 100).min(n - 1);
+            let floor = n * percent as usize / 100;
+            let limit = if percent > 0 { floor.max(1) } else { 0 }.min(n - 1);
             let d = OutlierDetector::new(ServiceKey::named("svc"), config).expect("valid");
             for op in ops {
                 match op {

@@ -105,7 +105,13 @@ fn every_config_problem_is_reported() {
 fn ratio_floor_examples() {
     let with = |ratio| OutlierConfig::default().with_max_ejection_ratio(ratio);
     assert_eq!(with(0.6).max_ejected(6), 3, "6 x 0.6 = 3.6 -> 3");
-    assert_eq!(with(0.2).max_ejected(4), 0, "4 x 0.2 = 0.8 -> none");
+    assert_eq!(with(0.2).max_ejected(4), 1, "4 x 0.2 = 0.8 -> at least one");
+    assert_eq!(
+        with(0.2).max_ejected(3),
+        1,
+        "a crashed one of three is ejected"
+    );
+    assert_eq!(with(0.2).max_ejected(2), 1);
     assert_eq!(with(0.2).max_ejected(5), 1);
     assert_eq!(with(0.29).max_ejected(100), 29, "f64 gives 28.999...");
     assert_eq!(with(1.0).max_ejected(3), 2, "never the last one");
@@ -289,14 +295,17 @@ async fn six_instances_at_ratio_0_6_eject_at_most_three() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn four_instances_at_ratio_0_2_eject_none() {
+async fn four_instances_at_ratio_0_2_eject_one() {
     let d = detector(streak_only().with_max_ejection_ratio(0.2));
     for i in 0..4 {
         eject(&d, &key(i), 4);
     }
-    assert!(d.ejected().is_empty());
-    eject(&d, &key(0), 5);
-    assert_eq!(d.ejected().len(), 1, "5 x 0.2 = 1");
+    assert_eq!(d.ejected().len(), 1, "4 x 0.2 = 0.8: at least one");
+    let d = detector(streak_only().with_max_ejection_ratio(0.2));
+    for i in 0..10 {
+        eject(&d, &key(i), 10);
+    }
+    assert_eq!(d.ejected().len(), 2, "10 x 0.2 = 2");
 }
 
 #[tokio::test(start_paused = true)]

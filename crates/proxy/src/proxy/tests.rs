@@ -290,3 +290,34 @@ async fn a_reload_keeps_pipelines_whose_settings_did_not_change() {
     assert!(!Arc::ptr_eq(&before, &rebuilt));
     assert_eq!(rebuilt.settings.retry.max_attempts, 3);
 }
+
+/// A body trickled in (one byte, then nothing) is answered 408 at the body read timeout and
+/// reaches no instance.
+#[tokio::test(start_paused = true)]
+async fn a_trickled_body_gets_408_at_the_body_read_timeout() {
+    let dead = dead_port().await;
+    let (_tx, rx) = watch::channel(view(1, &[&dead]));
+    let proxy = proxy_over(vec![(ServiceKey::named("orders"), rx)], |_| {});
+    let first = one_chunk_then_nothing(Bytes::from_static(b"x"));
+    let body = http_body_util::StreamBody::new(first);
+    let trickled = Request::builder()
+        .method(Method::POST)
+        .uri("http://orders/x")
+        .header("content-length", "100000")
+        .body(body)
+        .unwrap();
+    let started = Instant::now();
+    let answer = proxy.handle(trickled).await;
+    assert_eq!(answer.status(), 408);
+    assert_eq!(code(&answer), "request_timeout");
+    assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
+}
+
+/// One frame, then a body that never ends.
+fn one_chunk_then_nothing(
+    chunk: Bytes,
+) -> impl futures::Stream<Item = Result<http_body::Frame<Bytes>, std::convert::Infallible>> {
+    use futures::StreamExt;
+    futures::stream::once(async move { Ok(http_body::Frame::data(chunk)) })
+        .chain(futures::stream::pending())
+}

@@ -110,7 +110,7 @@ impl AuthFile {
         })?;
         toml::from_str(&text).map_err(|e| AuthFileError::Parse {
             path: path.to_owned(),
-            message: e.to_string(),
+            message: parse_message(&text, &e),
         })
     }
 
@@ -264,6 +264,21 @@ pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
     rand::rng().fill_bytes(&mut b);
     b
+}
+
+/// The parser's reason on one line, with line and column: a failed reload is one log line, and
+/// no part of the file (hashes, token ids) is echoed into it as toml's own snippet would.
+fn parse_message(text: &str, e: &toml::de::Error) -> String {
+    let reason = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {reason}")
+        }
+        None => reason,
+    }
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {

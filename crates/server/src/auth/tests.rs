@@ -183,3 +183,14 @@ async fn logins_expire_and_end_when_the_user_is_removed() {
     assert!(auth.reload().is_err());
     assert!(auth.login("alice", "pw").await.is_ok());
 }
+
+#[test]
+fn a_malformed_file_is_one_line_naming_line_and_column_without_its_contents() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    std::fs::write(&path, "users = []\nsecret_looking_value [[\n").unwrap();
+    let e = AuthFile::load(&path).unwrap_err().to_string();
+    assert!(!e.contains('\n'), "{e}");
+    assert!(e.contains("line 2, column 22"), "{e}");
+    assert!(!e.contains("secret_looking_value"), "{e}");
+}

@@ -89,7 +89,12 @@ impl Registry {
         };
         let in_view = |state: &State| state.services.get(service).is_some_and(|s| s.in_view(key));
         let progress = self
-            .wait_acks(service, revision, started + timeout, Some(&|state| !in_view(state)))
+            .wait_acks(
+                service,
+                revision,
+                started + timeout,
+                Some(&|state| !in_view(state)),
+            )
             .await;
         let waited = started.elapsed();
         if !in_view(&self.lock()) {
@@ -120,7 +125,10 @@ impl Registry {
         let (mut acks, mut revisions) = {
             let mut state = self.lock();
             let entry = state.service(service);
-            (entry.acks.subscribe(), abandon.map(|_| entry.tx.subscribe()))
+            (
+                entry.acks.subscribe(),
+                abandon.map(|_| entry.tx.subscribe()),
+            )
         };
         loop {
             acks.borrow_and_update();

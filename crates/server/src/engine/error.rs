@@ -106,6 +106,22 @@ pub enum RegistryError {
         /// The instance.
         instance: InstanceKey,
     },
+    /// A session holds the most subscriptions or instances it may
+    /// ([`SessionLimits`](crate::config::SessionLimits)); nothing was changed.
+    #[error(
+        "limit {limit} reached: a session may hold at most {max}; nothing was changed (end \
+         what it no longer needs, or raise the server's --max-{limit})"
+    )]
+    LimitExceeded {
+        /// `subscriptions-per-session` or `instances-per-session`.
+        limit: &'static str,
+        /// The limit's value.
+        max: usize,
+    },
+    /// The caller's credentials do not allow the change, decided against the registry's state
+    /// in the critical section that would have applied it (docs/security.md).
+    #[error("{0}")]
+    Refused(crate::auth::AuthError),
     /// A service that still holds instances cannot be deleted.
     #[error("service {0} still holds instances; deregister them first")]
     ServiceNotEmpty(ServiceKey),

@@ -200,8 +200,8 @@ impl Registry {
     /// Removes, at `until`, the instances in grace whose deadline has passed by then and that
     /// no session registered again, in one revision per service. A stall meanwhile moves the
     /// deadlines on (see `begin_recovery`): the task then waits for the earliest one left. One
-    /// task per session that ended during a recovery; it ends when no instance of it is left
-    /// in grace.
+    /// task for the registry (`State::grace_timer`); it ends, clearing the flag under the
+    /// state lock, when no instance is left in grace.
     pub(crate) fn expire_grace_at(&self, until: Instant) {
         let registry = self.clone();
         tokio::spawn(async move {
@@ -249,6 +249,7 @@ impl Registry {
         for (svc, keys) in &touched {
             state.publish(svc, Changed::Keys(keys.clone()));
         }
+        state.grace_timer = later.is_some();
         later
     }
 }

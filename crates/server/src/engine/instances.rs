@@ -16,6 +16,7 @@ use super::RegistryError;
 use super::service::Changed;
 use super::state::{MarkEntry, State, kind_of, not_found};
 use super::{Lease, Liveness, LivenessRequest, Patch, Registry, now_ms};
+use crate::auth::Caller;
 
 impl Registry {
     /// Registers (or re-registers, replacing fields) an instance.
@@ -39,14 +40,43 @@ impl Registry {
         self.register_owned(service, instance, liveness, None).await
     }
 
-    /// [`Registry::register`] on behalf of the principal `owner` ([`Entry::owner`]); whether it
-    /// may is the transport's decision (`auth::Rule::Register`), made before.
+    /// [`Registry::register`] on behalf of the principal `owner` ([`Entry::owner`]), with no
+    /// authorisation decision (tests, embedding); transports use [`Registry::register_as`].
     pub async fn register_owned(
         &self,
         service: ServiceKey,
         instance: Instance,
         liveness: LivenessRequest,
         owner: Option<String>,
+    ) -> Result<(u64, Instance), RegistryError> {
+        self.register_guarded(service, instance, liveness, owner, Caller::Open)
+            .await
+    }
+
+    /// [`Registry::register`] by `caller`, owned by its principal. The rule
+    /// (`auth::Rule::Register`: `write`, `admin` to take over another principal's instance)
+    /// is decided in the critical section that applies the registration, against the owner
+    /// found there, so a delete and re-registration by someone else in between cannot be
+    /// taken over. Errors: as [`Registry::register`], and [`RegistryError::Refused`].
+    pub async fn register_as(
+        &self,
+        service: ServiceKey,
+        instance: Instance,
+        liveness: LivenessRequest,
+        caller: Caller,
+    ) -> Result<(u64, Instance), RegistryError> {
+        let owner = caller.owner().map(str::to_owned);
+        self.register_guarded(service, instance, liveness, owner, caller)
+            .await
+    }
+
+    async fn register_guarded(
+        &self,
+        service: ServiceKey,
+        instance: Instance,
+        liveness: LivenessRequest,
+        owner: Option<String>,
+        caller: Caller,
     ) -> Result<(u64, Instance), RegistryError> {
         validate::service_key(&service)?;
         validate::instance_key(&instance.key)?;
@@ -60,14 +90,16 @@ impl Registry {
         if in_memory {
             // Nothing to store (unless an offline mark must be written, found below): the
             // common case is one critical section, nothing to cancel halfway.
-            if let Some(done) = self.register_in_memory(&service, &instance, &liveness, &owner) {
+            if let Some(done) =
+                self.register_in_memory(&service, &instance, &liveness, &owner, &caller)
+            {
                 return done;
             }
         }
         let registry = self.clone();
         tokio::spawn(async move {
             registry
-                .register_durably(service, instance, liveness, owner)
+                .register_durably(service, instance, liveness, owner, caller)
                 .await
         })
         .await
@@ -82,9 +114,13 @@ impl Registry {
         instance: &Instance,
         liveness: &Liveness,
         owner: &Option<String>,
+        caller: &Caller,
     ) -> Option<Result<(u64, Instance), RegistryError>> {
         let mut state = self.lock();
         if let Err(e) = state.check_register(service, instance, liveness) {
+            return Some(Err(e));
+        }
+        if let Err(e) = state.check_owner(service, &instance.key, caller) {
             return Some(Err(e));
         }
         state.take_over_from_grace(service, &instance.key, liveness);
@@ -116,6 +152,7 @@ impl Registry {
         mut instance: Instance,
         liveness: Liveness,
         owner: Option<String>,
+        caller: Caller,
     ) -> Result<(u64, Instance), RegistryError> {
         let key = instance.key.clone();
         let mark_key = (service.clone(), key.clone());
@@ -127,6 +164,7 @@ impl Registry {
         let (batch, durably_marked, reservations) = {
             let mut state = self.lock();
             state.check_register(&service, &instance, &liveness)?;
+            state.check_owner(&service, &instance.key, &caller)?;
             state.take_over_from_grace(&service, &key, &liveness);
             let marked = state.marks.get(&mark_key).map(|m| m.until_gone);
             if marked.is_some() {
@@ -161,6 +199,7 @@ impl Registry {
             move |state: &mut State| -> Result<u64, RegistryError> {
                 // Checked again: a session may have ended (or taken the instance) meanwhile.
                 state.check_register(&service, &instance, &liveness)?;
+                state.check_owner(&service, &instance.key, &caller)?;
                 if offline {
                     // Registered offline (Nacos enabled=false): the durable mark.
                     state

@@ -268,6 +268,7 @@ impl Registry {
             .unwrap_or(1);
         let state = State {
             revision: boot_micros,
+            session_limits: config.session_limits,
             ..State::default()
         };
         let holds = hold::Holds {

@@ -85,8 +85,12 @@ impl Registry {
             }
         }
         state.notify_acks(left);
+        // One grace timer for the registry: deadlines only grow (a stall moves them all), so
+        // a running one reaches this one too.
+        let start_timer = in_grace && !state.grace_timer;
+        state.grace_timer |= start_timer;
         drop(state);
-        if in_grace {
+        if start_timer {
             self.expire_grace_at(grace_until);
         }
         tracing::debug!(

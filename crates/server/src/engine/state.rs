@@ -12,6 +12,8 @@ use super::leases::LeaseQueue;
 use super::service::{Changed, ServiceEntry};
 use super::subscribers::Subscriber;
 use super::{Entry, Liveness, Registry};
+use crate::auth::{Caller, Rule};
+use crate::config::SessionLimits;
 
 pub(crate) struct MarkEntry {
     /// The mark as stored (kept for listings and expiry decisions).
@@ -28,7 +30,9 @@ impl MarkEntry {
     /// A new mark of an instance that is present.
     pub(crate) fn new(until_gone: bool) -> Self {
         MarkEntry {
-            mark: OfflineMark { since_ms: super::now_ms() },
+            mark: OfflineMark {
+                since_ms: super::now_ms(),
+            },
             gone_since: None,
             until_gone,
         }
@@ -62,6 +66,11 @@ pub(crate) struct State {
     pub(crate) pending_kinds: HashMap<ServiceKey, (Kind, usize)>,
     /// When each lease must be looked at next.
     pub(crate) leases: LeaseQueue,
+    /// What one session may hold, checked with the change it limits.
+    pub(crate) session_limits: SessionLimits,
+    /// A task is waiting to remove instances whose grace ended (`Registry::expire_grace_at`):
+    /// one for the whole registry, set and cleared under this lock.
+    pub(crate) grace_timer: bool,
 }
 
 /// What a [`Reservation`] holds.
@@ -149,8 +158,16 @@ impl State {
     ) -> Result<(), RegistryError> {
         self.check_kind(service, kind_of(liveness))?;
         if let Liveness::Session(id) = liveness {
-            if !self.sessions.contains_key(id) {
+            let Some(session) = self.sessions.get(id) else {
                 return Err(RegistryError::UnknownSession(id.clone()));
+            };
+            let max = self.session_limits.instances;
+            let key = (service.clone(), instance.key.clone());
+            if session.instances.len() >= max && !session.instances.contains(&key) {
+                return Err(RegistryError::LimitExceeded {
+                    limit: "instances-per-session",
+                    max,
+                });
             }
         }
         let existing = self
@@ -435,6 +452,35 @@ impl State {
 
 impl State {
     /// Adds a subscriber to the table and to its service's and session's indexes.
+    /// `caller`'s registration of `key` by the rule `register`, against its owner now.
+    pub(crate) fn check_owner(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+        caller: &Caller,
+    ) -> Result<(), RegistryError> {
+        let owner = self
+            .entry(service, key)
+            .ok()
+            .and_then(|e| e.owner.as_deref());
+        caller
+            .allow(Rule::Register, &service.namespace, owner)
+            .map_err(RegistryError::Refused)
+    }
+
+    /// Refuses one more subscriber of `session` beyond
+    /// [`SessionLimits::subscriptions`].
+    pub(crate) fn check_subscribe(&self, session: Option<&str>) -> Result<(), RegistryError> {
+        let max = self.session_limits.subscriptions;
+        match session.and_then(|s| self.sessions.get(s)) {
+            Some(s) if s.subscribers.len() >= max => Err(RegistryError::LimitExceeded {
+                limit: "subscriptions-per-session",
+                max,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn add_subscriber(&mut self, id: String, sub: Subscriber) {
         self.service(&sub.service).subscribers.insert(id.clone());
         if let Some(session) = sub.session.as_ref().and_then(|s| self.sessions.get_mut(s)) {

@@ -122,7 +122,8 @@ fn unix_ms() -> u64 {
 impl Registry {
     /// Adds a subscriber of `service`. Returns its id and a receiver of the service's revision
     /// (it changes on every change; [`pushes`](Self::pushes) turns it into pushes).
-    /// Errors: 400 on an invalid service key.
+    /// Errors: 400 on an invalid service key; `LimitExceeded` when the subscriber's session
+    /// holds [`SessionLimits::subscriptions`](crate::config::SessionLimits) already.
     pub fn subscribe(
         &self,
         service: &ServiceKey,
@@ -136,6 +137,7 @@ impl Registry {
         };
         let id = self.next_id(prefix);
         let mut state = self.lock();
+        state.check_subscribe(info.session.as_deref())?;
         let rx = state.service(service).tx.subscribe();
         state.add_subscriber(id.clone(), Subscriber::new(service, info));
         Ok((id, rx))

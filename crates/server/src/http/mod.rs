@@ -425,10 +425,10 @@ async fn register(
         &key.namespace,
         s.registry.owner(&key, &instance.key).as_deref(),
     )?;
-    let owner = caller.owner().map(str::to_owned);
+    // Checked again, against the owner at the moment it applies (a takeover in between).
     let (revision, instance) = s
         .registry
-        .register_owned(key, instance, liveness, owner)
+        .register_as(key, instance, liveness, caller)
         .await?;
     Ok(change(revision, instance))
 }

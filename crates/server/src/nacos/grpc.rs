@@ -168,6 +168,7 @@ impl From<ApiError> for Refusal {
                 INVALID_SERVER_STATUS
             }
             ApiError::Store(_) => 500,
+            ApiError::LimitExceeded { .. } => 429,
             // Nacos's answer to a missing or refused accessToken.
             ApiError::Unauthenticated { .. }
             | ApiError::Forbidden { .. }
@@ -594,6 +595,15 @@ impl Nacos {
                 for w in r.instances.as_deref().unwrap_or_default() {
                     wanted.push(w.to_instance()?);
                 }
+                // Refused whole before anything of the batch changes.
+                let max = registry.config().session_limits.instances;
+                if wanted.len() > max {
+                    return Err(RegistryError::LimitExceeded {
+                        limit: "instances-per-session",
+                        max,
+                    }
+                    .into());
+                }
                 // The batch replaces what this connection holds in the service.
                 let (_, entries) = registry.entries(&service);
                 for e in entries {
@@ -723,12 +733,7 @@ impl Nacos {
         let mut instance = instance;
         instance.enabled = !disabled;
         self.registry()
-            .register_owned(
-                service,
-                instance,
-                liveness,
-                caller.owner().map(str::to_owned),
-            )
+            .register_as(service, instance, liveness, caller.clone())
             .await?;
         Ok(())
     }

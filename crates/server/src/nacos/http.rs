@@ -161,6 +161,11 @@ impl From<ApiError> for NacosError {
                 code: 403,
                 message,
             },
+            ApiError::LimitExceeded { .. } => Self {
+                status: e.status(),
+                code: 429,
+                message,
+            },
             // Only the serving layer raises these, before any route runs.
             ApiError::UriTooLong { .. }
             | ApiError::HeadersTooLarge { .. }
@@ -443,12 +448,7 @@ async fn register_parsed(
     instance.enabled = r.enabled;
     nacos
         .registry()
-        .register_owned(
-            r.service,
-            instance,
-            liveness,
-            caller.owner().map(str::to_owned),
-        )
+        .register_as(r.service, instance, liveness, caller.clone())
         .await?;
     Ok(())
 }
@@ -648,9 +648,12 @@ async fn v1_beat(
 /// Registers the caller of a v1 list as a poller when it gave a `udpPort` > 0 (what a
 /// subscribed 1.x or Node client sends; one-off lists send 0). The poller is identified by
 /// `clientIP:udpPort` (the peer's IP when `clientIP` is absent) and the service, so one
-/// client process polling one service is one subscriber.
+/// client process polling one service is one subscriber. With auth on the identity is bound to
+/// the principal (`<principal>:nacos-v1-...`, as `subscriber=NAME` is): another principal
+/// polling with the same `clientIP` and `udpPort` is another subscriber and cannot ack for it.
 fn register_poller(
     nacos: &Nacos,
+    caller: &Caller,
     service: &ServiceKey,
     p: &Params,
     peer: SocketAddr,
@@ -664,10 +667,16 @@ fn register_poller(
         .map(str::to_owned)
         .unwrap_or_else(|| peer.ip().to_string());
     let identity = format!("{client_ip}:{udp}");
-    let name = format!(
-        "{CLIENT_NAME_PREFIX}-v1-{:016x}",
-        fnv1a(&format!("{service}|{identity}"))
-    );
+    let name = match caller.owner() {
+        Some(p) => format!(
+            "{p}:{CLIENT_NAME_PREFIX}-v1-{:016x}",
+            fnv1a(&format!("{service}|{p}|{identity}"))
+        ),
+        None => format!(
+            "{CLIENT_NAME_PREFIX}-v1-{:016x}",
+            fnv1a(&format!("{service}|{identity}"))
+        ),
+    };
     let expiry = Duration::from_millis(POLLER_EXPIRY_POLLS * super::model::CACHE_MILLIS);
     let info = SubscriberInfo {
         // Nacos v1 clients keep their last list when they fetch one with no usable instance.
@@ -697,7 +706,7 @@ async fn v1_list(
     let healthy_only = p.bool("healthyOnly")?.unwrap_or(false);
     let clusters = p.get("clusters").unwrap_or("").to_owned();
     // Poll first: the revision acked is then never newer than the content returned.
-    register_poller(&nacos, &service, &p, peer)?;
+    register_poller(&nacos, &caller, &service, &p, peer)?;
     let (_, info) = nacos.service_info(&service, &clusters, healthy_only, true);
     Ok(axum::Json(info).into_response())
 }

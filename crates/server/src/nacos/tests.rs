@@ -544,7 +544,8 @@ async fn grpc_register_subscribe_push_ack_and_connection_end() {
     let registry = g.registry.clone();
     eventually("the push acked", || {
         registry.subscribers(&key)[0].acked_revision == revision
-    }).await;
+    })
+    .await;
 
     // The connection's stream ends: its instance and its subscription go at once.
     drop(tx);
@@ -578,7 +579,10 @@ async fn grpc_subscribe_during_the_warm_up_succeeds_with_no_hosts() {
     assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
     assert_eq!(body(&reply)["resultCode"], 200);
     assert_eq!(body(&reply)["serviceInfo"]["hosts"], json!([]));
-    assert_eq!(g.registry.subscribers(&ServiceKey::named("orders")).len(), 1);
+    assert_eq!(
+        g.registry.subscribers(&ServiceKey::named("orders")).len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -655,7 +659,8 @@ async fn grpc_client_detection_keeps_answering_clients_and_closes_silent_ones() 
     let registry = g.registry.clone();
     eventually("the connection's instance gone", || {
         registry.view(&key).instances.is_empty()
-    }).await;
+    })
+    .await;
     drop(tx);
 }
 
@@ -1058,5 +1063,125 @@ async fn grpc_odd_values_are_error_responses_and_change_nothing() {
         "{} of {total} cases wrong:\n{}",
         wrong.len(),
         wrong.join("\n")
+    );
+}
+
+/// With auth on, each Nacos gRPC request is authenticated from its `accessToken` header: none
+/// or a bad one is a Nacos error response (403), a `read` token cannot register, a `write`
+/// token can.
+#[tokio::test]
+async fn grpc_access_token_header_decides_with_auth_on() {
+    use crate::auth::file::grant;
+    use crate::auth::{AuthFile, Authority, Role};
+
+    let mut file = AuthFile::default();
+    let reader = file.create_token("reader", vec![grant("public", Role::Read)]);
+    let writer = file.create_token("writer", vec![grant("public", Role::Write)]);
+    let mut config = Config::for_tests();
+    config.security.authority = Authority::from_file(file);
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (_tx, _inbound) = g.setup().await;
+    let register = |token: Option<&str>| {
+        let mut p = super::grpc::payload(
+            "InstanceRequest",
+            &json!({"requestId": "r", "serviceName": "orders", "type": "registerInstance",
+                   "instance": {"ip": "10.0.0.1", "port": 80}}),
+        );
+        if let Some(t) = token {
+            p.metadata
+                .as_mut()
+                .unwrap()
+                .headers
+                .insert("accessToken".into(), t.to_owned());
+        }
+        let channel = g.channel.clone();
+        async move {
+            pb::request_client::RequestClient::new(channel)
+                .request(p)
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let key = ServiceKey::named("orders");
+    let mut wrong = writer.clone();
+    let last = wrong.pop().unwrap();
+    wrong.push(if last == 'A' { 'B' } else { 'A' });
+    for (token, what) in [
+        (None, "no accessToken"),
+        (Some(wrong.as_str()), "a changed token"),
+        (Some(reader.as_str()), "a read token"),
+    ] {
+        let reply = register(token).await;
+        assert_eq!(ty(&reply), "ErrorResponse", "{what}");
+        let v = body(&reply);
+        assert_eq!(
+            (v["resultCode"].clone(), v["errorCode"].clone()),
+            (json!(500), json!(super::grpc::NO_RIGHT)),
+            "{what}: {v}"
+        );
+        assert!(g.registry.view(&key).instances.is_empty(), "{what}");
+        if token == Some(reader.as_str()) {
+            assert!(v["message"].as_str().unwrap().contains("register"), "{v}");
+        }
+    }
+    let reply = register(Some(&writer)).await;
+    assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
+    assert_eq!(g.registry.view(&key).instances.len(), 1);
+    assert_eq!(
+        g.registry
+            .owner(&key, &InstanceKey::new("10.0.0.1", 80, ""))
+            .as_deref(),
+        Some(format!("token:{}", writer.split('_').nth(1).unwrap()).as_str())
+    );
+}
+
+/// A Nacos connection is a session: beyond its limits an `ErrorResponse` names the limit.
+#[tokio::test]
+async fn grpc_session_limits_answer_an_error_naming_the_limit() {
+    let mut config = Config::for_tests();
+    config.session_limits.instances = 1;
+    config.session_limits.subscriptions = 1;
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (_tx, _inbound) = g.setup().await;
+    let register = |service: &str| {
+        json!({"requestId": "r", "serviceName": service, "type": "registerInstance",
+               "instance": {"ip": "10.0.0.1", "port": 80}})
+    };
+    let subscribe = |service: &str| json!({"requestId": "s", "serviceName": service, "subscribe": true, "clusters": ""});
+    let reply = g.unary("InstanceRequest", register("orders")).await;
+    assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
+    let reply = g
+        .unary("SubscribeServiceRequest", subscribe("orders"))
+        .await;
+    assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
+    for (request, payload, limit) in [
+        (
+            "InstanceRequest",
+            register("billing"),
+            "instances-per-session",
+        ),
+        (
+            "SubscribeServiceRequest",
+            subscribe("billing"),
+            "subscriptions-per-session",
+        ),
+    ] {
+        let reply = g.unary(request, payload).await;
+        assert_eq!(ty(&reply), "ErrorResponse", "{request}");
+        let v = body(&reply);
+        assert_eq!(v["errorCode"], 429, "{v}");
+        assert!(v["message"].as_str().unwrap().contains(limit), "{v}");
+    }
+    assert!(
+        g.registry
+            .view(&ServiceKey::named("billing"))
+            .instances
+            .is_empty()
+    );
+    assert!(
+        g.registry
+            .subscribers(&ServiceKey::named("billing"))
+            .is_empty()
     );
 }

@@ -7,9 +7,10 @@
 //! own connections closes (which frees a descriptor). It logs the first failure of such an
 //! episode and its end, not every attempt.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -150,6 +151,7 @@ fn connection_error(e: &io::Error) -> bool {
 /// when dropped.
 struct Slot {
     _permit: OwnedSemaphorePermit,
+    _address: AddressSlot,
     _shared: OwnedSemaphorePermit,
     closed: Arc<Notify>,
     port: Arc<PortShared>,
@@ -159,6 +161,46 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.port.metrics.open.get_or_create(&self.port.label).dec();
         self.closed.notify_one();
+    }
+}
+
+/// Open connections per client IP address on one port.
+#[derive(Default)]
+pub(super) struct PerAddress {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PerAddress {
+    /// One more connection from `ip`, unless it holds `max` already.
+    fn try_take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<AddressSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One connection of an address, counted until dropped.
+struct AddressSlot {
+    counts: Arc<PerAddress>,
+    ip: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -226,6 +268,8 @@ pub(super) struct AcceptLoop {
     pub(super) over_budget: axum::Router,
     pub(super) policy: Policy,
     pub(super) max: usize,
+    /// Most connections from one client IP address, and the answer beyond it.
+    pub(super) per_address: (usize, axum::Router),
     pub(super) budget: Budget,
     /// Refused connections being answered at once.
     pub(super) refusals: usize,
@@ -244,10 +288,12 @@ impl AcceptLoop {
             over_budget,
             policy,
             max,
+            per_address: (per_address_max, per_address_refusal),
             budget,
             refusals,
             mut phase,
         } = self;
+        let per_address = Arc::new(PerAddress::default());
         let label = port.label.port;
         let mut listener = Some(listener);
         let slots = Arc::new(Semaphore::new(max));
@@ -278,26 +324,32 @@ impl AcceptLoop {
                         let local = stream.local_addr().unwrap_or(peer);
                         let conn = Accepted { stream, local, peer };
                         let own = slots.clone().try_acquire_owned().ok();
-                        let full = own.is_none();
-                        let shared = own.as_ref().and_then(|_| budget.slots.clone().try_acquire_owned().ok());
-                        if let (Some(permit), Some(shared)) = (own, shared) {
+                        let address = own.as_ref().and_then(|_| per_address.try_take(peer.ip(), per_address_max));
+                        let shared = address.as_ref().and_then(|_| budget.slots.clone().try_acquire_owned().ok());
+                        // Which limit refuses: the port's, this address's, or both ports' budget.
+                        let refused = match (&own, &address, &shared) {
+                            (None, _, _) => Some((&refusal, "the port holds its maximum")),
+                            (_, None, _) => Some((&per_address_refusal, "the client address holds its maximum")),
+                            (_, _, None) => Some((&over_budget, "both ports hold their budget")),
+                            _ => None,
+                        };
+                        if let (Some(permit), Some(address), Some(shared)) = (own, address, shared) {
                             port.metrics.open.get_or_create(&port.label).inc();
-                            let slot = Slot { _permit: permit, _shared: shared, closed: closed.clone(), port: port.clone() };
+                            let slot = Slot { _permit: permit, _address: address, _shared: shared, closed: closed.clone(), port: port.clone() };
                             let task = connection::run(conn, port.clone(), router.clone(), policy, phase.clone());
                             tasks.spawn(async move {
                                 task.await;
                                 drop(slot);
                             });
-                        } else {
+                        } else if let Some((answer, why)) = refused {
                             port.metrics.refused.get_or_create(&port.label).inc();
-                            tracing::debug!(port = label, %peer, max, full, "connection refused: the port holds its maximum, or both ports their budget");
+                            tracing::debug!(port = label, %peer, max, per_address_max, "connection refused: {why}");
                             refusing.retain(|r| !r.is_finished());
                             if refusing.len() >= refusals {
                                 refusing.pop_front().inspect(AbortHandle::abort);
                             }
                             let policy = Policy::Refusal { limit: REFUSAL_TIME };
-                            let answer = if full { refusal.clone() } else { over_budget.clone() };
-                            let task = connection::run(conn, port.clone(), answer, policy, phase.clone());
+                            let task = connection::run(conn, port.clone(), answer.clone(), policy, phase.clone());
                             refusing.push_back(tasks.spawn(task));
                         }
                     }

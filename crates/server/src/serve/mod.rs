@@ -71,15 +71,19 @@ pub struct PortStop {
 struct Refusals {
     full: axum::Router,
     over_budget: axum::Router,
+    /// Most connections from one client IP address, and the answer beyond it.
+    per_address: (usize, axum::Router),
 }
 
 impl Refusals {
     /// The answers of the `port` (`HTTP`, `gRPC`) holding `max` connections, its maximum set
-    /// by `flag`, or of both ports holding their budget; `answer` makes a refusal of a message.
+    /// by `flag`, of a client address holding `per_address_max`, or of both ports holding their
+    /// budget; `answer` makes a refusal of a message.
     fn new(
         port: &str,
         flag: &str,
         max: usize,
+        per_address_max: usize,
         caps: &Caps,
         answer: impl Fn(String) -> axum::Router,
     ) -> Self {
@@ -96,6 +100,10 @@ impl Refusals {
                  ports{limit}; retry shortly (or raise ulimit -n)",
                 caps.budget
             )),
+            per_address: (
+                per_address_max,
+                answer(per_address_message(per_address_max)),
+            ),
         }
     }
 }
@@ -125,23 +133,15 @@ impl Serving {
         builder
             .http2()
             .max_header_list_size(head::H2_MAX_HEADER_LIST);
-        let refusal = |message: String| {
-            axum::Router::new().fallback(move || {
-                let error = ApiError::Overloaded {
-                    message: message.clone(),
-                };
-                async move {
-                    let mut response = error.into_response();
-                    response.headers_mut().insert(
-                        http::header::CONNECTION,
-                        http::HeaderValue::from_static("close"),
-                    );
-                    response
-                }
-            })
-        };
         let max = caps.http;
-        let refusals = Refusals::new("HTTP", "--http-max-connections", max, caps, refusal);
+        let refusals = Refusals::new(
+            "HTTP",
+            "--http-max-connections",
+            max,
+            limits.per_address_max,
+            caps,
+            http_refusal,
+        );
         let policy = Policy::Http {
             header: limits.http_header_timeout,
             idle: limits.http_idle_timeout,
@@ -169,14 +169,15 @@ impl Serving {
             .timer(TokioTimer::new())
             .keep_alive_interval(Some(liveness.keepalive_interval))
             .keep_alive_timeout(liveness.keepalive_timeout);
-        let refusal = |message: String| {
-            axum::Router::new().fallback(move || {
-                let status = tonic::Status::unavailable(message.clone());
-                async move { status.into_http::<axum::body::Body>() }
-            })
-        };
         let max = caps.grpc;
-        let refusals = Refusals::new("gRPC", "--grpc-max-connections", max, caps, refusal);
+        let refusals = Refusals::new(
+            "gRPC",
+            "--grpc-max-connections",
+            max,
+            limits.per_address_max,
+            caps,
+            grpc_refusal,
+        );
         let policy = Policy::Grpc {
             handshake: limits.grpc_handshake_timeout,
         };
@@ -213,6 +214,7 @@ impl Serving {
                 over_budget: refusals.over_budget,
                 policy,
                 max,
+                per_address: refusals.per_address,
                 budget,
                 refusals: caps.refusals,
                 phase: watching,
@@ -245,4 +247,38 @@ impl Serving {
     pub(crate) async fn ended(&mut self) -> PortStop {
         (&mut self.task).await.unwrap_or_default()
     }
+}
+
+/// The refusal beyond [`Connections::per_address_max`], naming the limit.
+fn per_address_message(max: usize) -> String {
+    format!(
+        "limit connections-per-address reached: this client address holds {max} open \
+         connections, the most one address may (close some, or raise \
+         --max-connections-per-address)"
+    )
+}
+
+/// A 503 `overloaded` with `message`, closing the connection.
+fn http_refusal(message: String) -> axum::Router {
+    axum::Router::new().fallback(move || {
+        let error = ApiError::Overloaded {
+            message: message.clone(),
+        };
+        async move {
+            let mut response = error.into_response();
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+            response
+        }
+    })
+}
+
+/// gRPC status UNAVAILABLE with `message`.
+fn grpc_refusal(message: String) -> axum::Router {
+    axum::Router::new().fallback(move || {
+        let status = tonic::Status::unavailable(message.clone());
+        async move { status.into_http::<axum::body::Body>() }
+    })
 }

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gangway_proto::v1 as pb;
+use gangway_testkit::poll;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use gangway_testkit::poll;
 use tokio::time::Instant;
 
 use super::head::{MAX_HEAD, MAX_HEADERS, MAX_LINE, Scan, Verdict};
@@ -370,6 +370,9 @@ async fn an_idle_keep_alive_connection_lasts_the_idle_timeout_not_the_header_tim
     let (header, idle) = (Duration::from_millis(300), Duration::from_millis(1500));
     let s = server(limits(header, idle)).await;
     let mut stream = TcpStream::connect(s.http_addr).await.unwrap();
+    // From before the request: the server's idle clock starts later (after its answer), so
+    // `took` can only overstate the idle time, never understate it.
+    let since = Instant::now();
     stream
         .write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
@@ -381,7 +384,6 @@ async fn an_idle_keep_alive_connection_lasts_the_idle_timeout_not_the_header_tim
         "{:?}",
         String::from_utf8_lossy(&buf[..n])
     );
-    let since = Instant::now();
     let (_, took) = until_closed(&mut stream, since, idle + SLACK).await;
     println!(
         "idle keep-alive connection closed after {took:?} (idle timeout {idle:?}, header {header:?})"
@@ -943,4 +945,54 @@ async fn a_stop_drops_what_outlives_its_timeout() {
         drain.await.unwrap().is_err(),
         "the dropped request got no answer"
     );
+}
+
+/// An HTTP/1.1 connection from `from` (any 127.0.0.0/8 address) that got one answer.
+async fn health_from(from: [u8; 4], to: std::net::SocketAddr) -> (TcpStream, Vec<u8>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind((std::net::Ipv4Addr::from(from), 0).into())
+        .unwrap();
+    let mut c = socket.connect(to).await.unwrap();
+    c.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = c.read(&mut buf).await.unwrap();
+    buf.truncate(n);
+    (c, buf)
+}
+
+#[tokio::test]
+async fn connections_beyond_the_per_address_maximum_are_refused_naming_the_limit() {
+    let s = server(Connections {
+        per_address_max: 2,
+        ..Connections::default()
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (c, answer) = health_from([127, 0, 0, 1], s.http_addr).await;
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
+        held.push(c);
+    }
+    refused_get(
+        s.http_addr,
+        "3rd HTTP connection from one address with a maximum of 2",
+        "connections-per-address",
+    )
+    .await;
+    // Another address has its own count; the held connections still work.
+    let (_other, answer) = health_from([127, 0, 0, 2], s.http_addr).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "another address is served"
+    );
+    for c in &mut held {
+        health_on(c).await;
+    }
+    // A closed connection frees its address's slot.
+    drop(held.pop());
+    let ok = health_within(s.http_addr, SLACK).await;
+    assert!(ok.is_some(), "a freed slot is served again");
 }

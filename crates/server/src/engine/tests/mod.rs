@@ -483,6 +483,7 @@ async fn an_update_that_changes_nothing_publishes_nothing() {
     assert_eq!(i.weight, 3.0);
 }
 
+mod limits;
 mod rules;
 mod stall;
 

@@ -282,7 +282,10 @@ async fn a_drained_instance_serves_again_when_it_comes_back_an_offline_one_does_
     assert!(stored_mark());
     r.deregister(&svc(), &inst(1).key, false).await.unwrap();
     r.register(svc(), inst(1), lease()).await.unwrap();
-    assert!(!enabled(&r), "an operator's offline survives re-registration");
+    assert!(
+        !enabled(&r),
+        "an operator's offline survives re-registration"
+    );
     // A drain over it does not weaken it.
     r.drain(&svc(), &inst(1).key, Duration::from_millis(50), false)
         .await
@@ -537,5 +540,52 @@ async fn kinds_stay_apart_under_a_race() {
             .collect();
         assert_eq!(kinds.len(), 1, "both kinds in one service: {p:?} {e:?}");
         assert!(p.is_ok() != e.is_ok());
+    }
+}
+
+/// Two `write` principals register the same new instance at once: the owner rule is decided in
+/// the critical section that applies the registration, so exactly one wins and owns it, the
+/// other is refused (a takeover needs `admin`), for every instance of the race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_registrations_of_one_instance_by_two_principals_have_one_owner() {
+    use crate::auth::file::grant;
+    use crate::auth::{AuthError, Caller, Principal, Role};
+
+    let r = registry();
+    let principal = |name: &str| {
+        Caller::Principal(Arc::new(Principal {
+            name: name.into(),
+            grants: vec![grant("public", Role::Write)],
+        }))
+    };
+    let (alice, bob) = (principal("alice"), principal("bob"));
+    for n in 1..=50u8 {
+        let barrier = Arc::new(Barrier::new(2));
+        let race = |caller: Caller| {
+            let (r, barrier) = (r.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                r.register_as(svc(), inst(n), lease(), caller).await
+            })
+        };
+        let (a, b) = (race(alice.clone()), race(bob.clone()));
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        let winner = match (&a, &b) {
+            (Ok(_), Err(_)) => "alice",
+            (Err(_), Ok(_)) => "bob",
+            other => panic!("instance {n}: exactly one registration wins: {other:?}"),
+        };
+        let refused = a.err().or(b.err()).unwrap();
+        assert!(
+            matches!(
+                refused,
+                RegistryError::Refused(AuthError::Forbidden {
+                    rule: "register",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(r.owner(&svc(), &inst(n).key).as_deref(), Some(winner));
     }
 }

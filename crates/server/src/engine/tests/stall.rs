@@ -124,7 +124,10 @@ async fn a_stall_extends_leases_holds_pushes_and_keeps_sessions_that_come_back()
     })
     .await
     .expect("a new revision when the grace ends");
-    assert!(resumed.elapsed() >= Duration::from_secs(10), "not before the grace ends");
+    assert!(
+        resumed.elapsed() >= Duration::from_secs(10),
+        "not before the grace ends"
+    );
     assert_eq!(gone.view.revision, next.view.revision + 1);
     let keys: Vec<_> = gone.view.instances.iter().map(|i| i.key.clone()).collect();
     assert_eq!(keys, vec![inst(1).key, inst(2).key]);
@@ -146,7 +149,10 @@ async fn a_late_client_within_its_grace_keeps_its_instance_through_a_second_stal
     // 15 s on (recovery over at 5 s), the registry stalls again for 10 s: the grace, due at
     // 20 s, moves to 30 s.
     tokio::time::sleep(Duration::from_secs(15)).await;
-    assert!(r.view(&svc()).contains(&inst(1).key), "in grace after the recovery");
+    assert!(
+        r.view(&svc()).contains(&inst(1).key),
+        "in grace after the recovery"
+    );
     tokio::time::advance(Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(r.inner.metrics.stalls.get(), 2);
@@ -160,7 +166,10 @@ async fn a_late_client_within_its_grace_keeps_its_instance_through_a_second_stal
         .unwrap();
     tokio::time::sleep(Duration::from_secs(30)).await;
     let (_, entries) = r.entries(&svc());
-    let kept = entries.iter().find(|e| e.instance.key == inst(1).key).unwrap();
+    let kept = entries
+        .iter()
+        .find(|e| e.instance.key == inst(1).key)
+        .unwrap();
     assert_eq!(kept.liveness, Liveness::Session(again));
 }
 
@@ -224,8 +233,15 @@ async fn a_new_process_taking_over_a_drained_grace_instance_serves() {
             .unwrap();
         r.close_session(&old);
         let (_, entries) = r.entries(&svc());
-        let one = entries.iter().find(|e| e.instance.key == inst(1).key).unwrap();
-        assert!(matches!(one.liveness, Liveness::Grace { .. }), "{:?}", one.liveness);
+        let one = entries
+            .iter()
+            .find(|e| e.instance.key == inst(1).key)
+            .unwrap();
+        assert!(
+            matches!(one.liveness, Liveness::Grace { .. }),
+            "{:?}",
+            one.liveness
+        );
         let new = r.open_session("127.0.0.1:2".into(), "app".into(), new_id.into());
         r.register(svc(), inst(1), LivenessRequest::Session(new.clone()))
             .await

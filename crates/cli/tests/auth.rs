@@ -1,0 +1,272 @@
+//! `gangway server --auth FILE` as a real process on 127.0.0.1 (docs/security.md): SIGHUP
+//! reloads the file (a removed token stops working; a file that does not parse keeps the old
+//! one and is one log line), and no password or token reaches the log, even at debug level.
+
+mod cluster;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cluster::{GANGWAY, Server};
+use gangway_client::{Client, ClientConfig};
+use gangway_core::model::{InstanceKey, ServiceKey};
+use nix::sys::signal::Signal;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// How long a SIGHUP may take to show.
+const RELOAD: Duration = Duration::from_secs(10);
+
+/// Runs `gangway auth --file FILE ARGS` (standard input: `stdin`); returns its stdout.
+fn auth(file: &Path, args: &[&str], stdin: &str) -> String {
+    let mut child = Command::new(GANGWAY)
+        .args(["auth", "--file", file.to_str().unwrap()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gangway auth");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().expect("gangway auth");
+    assert!(
+        out.status.success(),
+        "gangway auth {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn token_id(token: &str) -> &str {
+    token.split('_').nth(1).expect("gwt_<id>_<secret>")
+}
+
+async fn status_with(server: &Server, token: &str) -> StatusCode {
+    reqwest::Client::new()
+        .get(server.url("/v1/services"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("GET /v1/services")
+        .status()
+}
+
+fn lines_with(log: &Mutex<Vec<String>>, needle: &str) -> Vec<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains(needle))
+        .cloned()
+        .collect()
+}
+
+async fn logged(log: &Arc<Mutex<Vec<String>>>, needle: &str, count: usize) {
+    let found = gangway_testkit::poll(RELOAD, || async {
+        (lines_with(log, needle).len() >= count).then_some(())
+    })
+    .await;
+    assert!(
+        found.is_some(),
+        "no {count} log lines with {needle:?}: {:?}",
+        log.lock().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_file_and_a_bad_file_keeps_the_old_one_in_one_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auth.toml");
+    let kept = auth(&file, &["token", "create", "--role", "read"], "");
+    let removed = auth(&file, &["token", "create", "--role", "read"], "");
+    let (server, log) = Server::start_logged(
+        dir.path(),
+        &["--auth", file.to_str().unwrap(), "--log", "info"],
+    )
+    .await;
+    assert_eq!(status_with(&server, &kept).await, StatusCode::OK);
+    assert_eq!(status_with(&server, &removed).await, StatusCode::OK);
+
+    auth(&file, &["token", "remove", token_id(&removed)], "");
+    server.proc.signal(Signal::SIGHUP);
+    let refused = gangway_testkit::poll(RELOAD, || async {
+        (status_with(&server, &removed).await == StatusCode::UNAUTHORIZED).then_some(())
+    })
+    .await;
+    assert!(
+        refused.is_some(),
+        "the removed token still works after SIGHUP"
+    );
+    assert_eq!(status_with(&server, &kept).await, StatusCode::OK);
+    logged(&log, "SIGHUP: auth file reloaded", 1).await;
+
+    // A file that does not parse: the old contents stay, and the log says so in one line.
+    std::fs::write(&file, "[[tokens]]\nid = broken-value\n").unwrap();
+    let before = log.lock().unwrap().len();
+    server.proc.signal(Signal::SIGHUP);
+    logged(&log, "auth file not reloaded", 1).await;
+    assert_eq!(status_with(&server, &kept).await, StatusCode::OK);
+    assert_eq!(
+        status_with(&server, &removed).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let after: Vec<String> = log.lock().unwrap()[before..].to_vec();
+    assert_eq!(
+        after.len(),
+        1,
+        "one log line for the failed reload: {after:#?}"
+    );
+    assert!(after[0].contains("line 2"), "{}", after[0]);
+    assert!(
+        !after[0].contains("broken"),
+        "the file's text is not echoed: {}",
+        after[0]
+    );
+}
+
+#[tokio::test]
+async fn no_password_or_token_reaches_the_debug_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auth.toml");
+    let password = "Pw-of-alice-7c1e9b";
+    let wrong = "Wrong-pw-of-alice-52d0";
+    auth(
+        &file,
+        &["user", "add", "alice", "--role", "write"],
+        &format!("{password}\n"),
+    );
+    let token = auth(&file, &["token", "create", "--role", "admin"], "");
+    let (server, log) = Server::start_logged(
+        dir.path(),
+        &["--auth", file.to_str().unwrap(), "--log", "debug"],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let instance = json!({"ip": "10.0.0.1", "port": 80});
+    // REST: Basic (right and wrong password), Bearer (right and changed).
+    let r = http
+        .post(server.url("/v1/services/orders/instances"))
+        .basic_auth("alice", Some(password))
+        .json(&instance)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = http
+        .get(server.url("/v1/services"))
+        .basic_auth("alice", Some(wrong))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(status_with(&server, &token).await, StatusCode::OK);
+    let changed = format!("{}x", &token[..token.len() - 1]);
+    assert_eq!(
+        status_with(&server, &changed).await,
+        StatusCode::UNAUTHORIZED
+    );
+    // Nacos: the login (form and query), its accessToken in a query, a form and a header.
+    let r = http
+        .post(server.url("/nacos/v1/auth/login"))
+        .form(&[("username", "alice"), ("password", wrong)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let login: Value = http
+        .post(server.url(&format!(
+            "/nacos/v1/auth/users/login?username=alice&password={password}"
+        )))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let session = login["accessToken"]
+        .as_str()
+        .expect("accessToken")
+        .to_owned();
+    let r = http
+        .get(server.url(&format!(
+            "/nacos/v1/ns/instance/list?serviceName=orders&accessToken={session}"
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = http
+        .post(server.url("/nacos/v1/ns/instance"))
+        .form(&[
+            ("serviceName", "orders"),
+            ("ip", "10.0.0.2"),
+            ("port", "80"),
+            ("accessToken", session.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = http
+        .get(server.url("/nacos/v1/ns/service/list?pageNo=1&pageSize=10"))
+        .header("accessToken", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // Native gRPC: the token in the session's metadata, and a refused one.
+    let client = Client::connect(
+        ClientConfig::new(format!("http://{}", server.grpc)).with_token(token.clone()),
+    )
+    .await
+    .expect("client with a token");
+    client
+        .register(
+            ServiceKey::named("orders"),
+            InstanceKey::new("10.0.0.3", 80, ""),
+            1.0,
+            BTreeMap::new(),
+        )
+        .await
+        .expect("register over gRPC");
+    drop(client);
+    let mut refused =
+        ClientConfig::new(format!("http://{}", server.grpc)).with_token(changed.clone());
+    refused.request_timeout = Duration::from_secs(1);
+    assert!(Client::connect(refused).await.is_err());
+
+    // Something was logged at debug level, and no secret in it.
+    let lines = log.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.contains("DEBUG")),
+        "no debug line logged: {lines:#?}"
+    );
+    let secret_of = |t: &str| t.rsplit('_').next().unwrap().to_owned();
+    for (what, secret) in [
+        ("password", password.to_owned()),
+        ("wrong password", wrong.to_owned()),
+        ("API token", token.clone()),
+        ("API token's secret", secret_of(&token)),
+        ("changed token's secret", secret_of(&changed)),
+        ("login token", session.clone()),
+        (
+            "login token's secret",
+            session.trim_start_matches("gws_").to_owned(),
+        ),
+    ] {
+        let hits: Vec<&String> = lines.iter().filter(|l| l.contains(&secret)).collect();
+        assert!(hits.is_empty(), "the {what} is in the log: {hits:#?}");
+    }
+    eprintln!(
+        "{} log lines at debug level, none with any of the 7 secrets",
+        lines.len()
+    );
+}

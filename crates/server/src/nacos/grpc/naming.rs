@@ -179,14 +179,16 @@ impl Nacos {
                     }
                     .into());
                 }
-                // The batch replaces what this connection holds in the service.
+                // The batch replaces what this connection holds in the service: what it held
+                // and the batch leaves out goes only once every registration of the batch was
+                // taken, so a refusal never costs the connection an instance it had.
                 let (_, entries) = registry.entries(&service);
-                for e in entries {
-                    let owned = matches!(&e.liveness, Liveness::Session(s) if s == session);
-                    if owned && !wanted.iter().any(|(i, _)| i.key == e.instance.key) {
-                        let _ = registry.deregister_on_session(session, &service, &e.instance.key);
-                    }
-                }
+                let left_out: Vec<_> = entries
+                    .into_iter()
+                    .filter(|e| matches!(&e.liveness, Liveness::Session(s) if s == session))
+                    .filter(|e| !wanted.iter().any(|(i, _)| i.key == e.instance.key))
+                    .map(|e| e.instance.key)
+                    .collect();
                 for (instance, disabled) in wanted {
                     self.register(
                         caller,
@@ -196,6 +198,9 @@ impl Nacos {
                         LivenessRequest::Session(session.to_owned()),
                     )
                     .await?;
+                }
+                for key in left_out {
+                    let _ = registry.deregister_on_session(session, &service, &key);
                 }
                 Ok(("BatchInstanceResponse", json!({"type": kind})))
             }

@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use gangway_core::model::{Instance, ServiceKey};
+use gangway_core::model::{Instance, InstanceKey, ServiceKey};
 use serde_json::{Value, json};
 
 use super::error::NacosError;
@@ -88,15 +88,25 @@ pub(super) async fn v1_deregister(
     caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
-    let service = p.service()?;
-    let key = p.instance_key()?;
-    allow_instance(&nacos, &caller, &service, &key)?;
+    let (service, key) = instance_target(&nacos, &caller, &p)?;
     p.bool("ephemeral")?;
     match nacos.registry().deregister(&service, &key, false).await {
         // Nacos answers ok for an unknown instance too.
         Ok(_) | Err(RegistryError::UnknownInstance { .. }) => Ok("ok"),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The service and instance `p` names, for a caller allowed to change that instance.
+pub(super) fn instance_target(
+    nacos: &Nacos,
+    caller: &Caller,
+    p: &Params,
+) -> Result<(ServiceKey, InstanceKey), NacosError> {
+    let service = p.service()?;
+    let key = p.instance_key()?;
+    allow_instance(nacos, caller, &service, &key)?;
+    Ok((service, key))
 }
 
 pub(super) fn patch(p: &Params) -> Result<Patch, NacosError> {
@@ -114,9 +124,7 @@ pub(super) async fn v1_modify(
     caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
-    let service = p.service()?;
-    let key = p.instance_key()?;
-    allow_instance(&nacos, &caller, &service, &key)?;
+    let (service, key) = instance_target(&nacos, &caller, &p)?;
     let patch = patch(&p)?;
     p.bool("ephemeral")?;
     p.bool("healthy")?;

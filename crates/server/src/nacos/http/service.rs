@@ -23,6 +23,26 @@ pub(super) fn service_exists(
     })
 }
 
+/// The service `p` names, for a caller allowed to change its settings; it must exist (Nacos:
+/// `service ... not found`, HTTP 400).
+fn existing_service(
+    nacos: &Nacos,
+    caller: &Caller,
+    p: &Params,
+) -> Result<(ServiceKey, crate::engine::ServiceSummary), NacosError> {
+    let key = p.service()?;
+    caller
+        .allow(Rule::Service, &key.namespace, None)
+        .map_err(ApiError::from)?;
+    match service_exists(nacos, &key) {
+        Some(summary) => Ok((key, summary)),
+        None => Err(NacosError::bad(format!(
+            "service {} not found",
+            grouped(&key)
+        ))),
+    }
+}
+
 pub(super) fn threshold(p: &Params) -> Result<Option<f64>, NacosError> {
     let t = p.f64("protectThreshold")?;
     if let Some(t) = t {
@@ -61,18 +81,9 @@ pub(super) async fn v1_service_update(
     caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
-    let key = p.service()?;
-    caller
-        .allow(Rule::Service, &key.namespace, None)
-        .map_err(ApiError::from)?;
     let protect_threshold = threshold(&p)?;
     let metadata = p.metadata()?;
-    let Some(summary) = service_exists(&nacos, &key) else {
-        return Err(NacosError::bad(format!(
-            "service {} not found",
-            grouped(&key)
-        )));
-    };
+    let (key, summary) = existing_service(&nacos, &caller, &p)?;
     let mut settings = summary.settings;
     if let Some(t) = protect_threshold {
         settings.protect_threshold = t;
@@ -89,16 +100,7 @@ pub(super) async fn v1_service_delete(
     caller: Caller,
     p: Params,
 ) -> Result<&'static str, NacosError> {
-    let key = p.service()?;
-    caller
-        .allow(Rule::Service, &key.namespace, None)
-        .map_err(ApiError::from)?;
-    let Some(summary) = service_exists(&nacos, &key) else {
-        return Err(NacosError::bad(format!(
-            "service {} not found",
-            grouped(&key)
-        )));
-    };
+    let (key, summary) = existing_service(&nacos, &caller, &p)?;
     if summary.instances > 0 {
         return Err(NacosError::bad(format!(
             "service {} is not empty, can't be delete. Please unregister instance first",

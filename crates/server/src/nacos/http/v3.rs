@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::error::{NacosError, V3};
-use super::instance::{detail_json, patch, register_parsed, registration};
+use super::instance::{detail_json, instance_target, patch, register_parsed, registration};
 use super::params::Params;
 use super::{allow_instance, allow_read};
 use crate::auth::Caller;
@@ -49,9 +49,7 @@ pub(super) async fn v3_register(State(nacos): State<Nacos>, caller: Caller, p: P
 
 pub(super) async fn v3_deregister(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
     V3(async {
-        let service = p.service()?;
-        let key = p.instance_key()?;
-        allow_instance(&nacos, &caller, &service, &key)?;
+        let (service, key) = instance_target(&nacos, &caller, &p)?;
         match nacos.registry().deregister(&service, &key, false).await {
             Ok(_) => Ok(json!("ok")),
             Err(RegistryError::UnknownInstance { .. }) => Err(NacosError {
@@ -67,9 +65,7 @@ pub(super) async fn v3_deregister(State(nacos): State<Nacos>, caller: Caller, p:
 
 pub(super) async fn v3_modify(State(nacos): State<Nacos>, caller: Caller, p: Params) -> V3 {
     V3(async {
-        let service = p.service()?;
-        let key = p.instance_key()?;
-        allow_instance(&nacos, &caller, &service, &key)?;
+        let (service, key) = instance_target(&nacos, &caller, &p)?;
         let patch = patch(&p)?;
         nacos.registry().update(&service, &key, patch).await?;
         Ok(json!("ok"))

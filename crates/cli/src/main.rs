@@ -59,7 +59,8 @@ struct Cli {
     /// {"error": {"code", "message", "field"}} on stdout (same exit status).
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
-    /// API token (or login token) for a registry with --auth: sent as Authorization: Bearer.
+    /// API token (or login token) for a registry with --auth: sent as Authorization: Bearer
+    /// (REST commands) or on the gRPC session (run, proxy, demo-service, demo-client).
     #[arg(
         long,
         global = true,
@@ -190,12 +191,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map(|()| ExitCode::from(EXIT_OK));
         }
         Command::DemoService(a) => {
-            return demo::service::run(a)
+            return demo::service::run(a, cli.token)
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
         Command::Proxy(a) => {
-            return gangway_proxy::run(a.options())
+            return gangway_proxy::run(a.options(cli.token))
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
@@ -207,14 +208,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return gangway_bench::run(a).await.map(|_| ExitCode::from(EXIT_OK));
         }
         Command::DemoClient(a) => {
-            let report = demo::client::run(a).await?;
+            let report = demo::client::run(a, cli.token).await?;
             return Ok(ExitCode::from(if report.failed == 0 {
                 EXIT_OK
             } else {
                 EXIT_FAILURE
             }));
         }
-        Command::Run(a) => return run::run(a, cli.json).await,
+        Command::Run(a) => return run::run(a, cli.json, cli.token).await,
         Command::Auth(a) => return commands::auth::run(a).map(|()| ExitCode::from(EXIT_OK)),
         Command::Lab(a) => {
             let a = match a.parse() {

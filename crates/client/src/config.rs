@@ -108,6 +108,13 @@ impl ClientConfig {
         self
     }
 
+    /// Sets [`token`](Self::token) to `token`: `None` sends no credentials (the CLI's
+    /// optional `--token`).
+    pub fn with_optional_token(mut self, token: Option<String>) -> Self {
+        self.token = token.map(Token::new);
+        self
+    }
+
     /// Sets [`client_name`](Self::client_name).
     pub fn with_client_name(mut self, name: impl Into<String>) -> Self {
         self.client_name = name.into();

@@ -134,6 +134,9 @@ pub struct RunOptions {
     pub config: Option<PathBuf>,
     /// Flags that win over the file.
     pub overrides: Overrides,
+    /// The registry's API token when it runs with `--auth` (`--token`, `GANGWAY_TOKEN`): sent
+    /// as the session's `Authorization: Bearer`. `None`: no credentials.
+    pub token: Option<String>,
 }
 
 /// Runs `gangway proxy` until SIGTERM or SIGINT.
@@ -167,7 +170,8 @@ pub async fn run(options: RunOptions) -> anyhow::Result<()> {
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let client = Client::start(
         ClientConfig::new(config.registry.clone())
-            .with_client_name(format!("gangway-proxy/{}", std::process::id())),
+            .with_client_name(format!("gangway-proxy/{}", std::process::id()))
+            .with_optional_token(options.token.clone()),
     )
     .with_context(|| format!("registry address {}", config.registry))?;
 

@@ -93,12 +93,16 @@ pub async fn subscribe_ready(
     Ok(subscription)
 }
 
-/// Runs the demo client and prints failures, view changes and the summary.
-pub async fn run(args: ClientArgs) -> anyhow::Result<LoadReport> {
-    let client =
-        Client::connect(ClientConfig::new(args.registry.clone()).with_client_name("demo-client"))
-            .await
-            .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
+/// Runs the demo client and prints failures, view changes and the summary; `token` is sent
+/// on its session (`--token`).
+pub async fn run(args: ClientArgs, token: Option<String>) -> anyhow::Result<LoadReport> {
+    let client = Client::connect(
+        ClientConfig::new(args.registry.clone())
+            .with_client_name("demo-client")
+            .with_optional_token(token),
+    )
+    .await
+    .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
     let subscription = subscribe_ready(&client, &args.service, args.min_instances).await?;
     let http = HttpClient::new(client.clone(), args.pipeline.http_config(args.timeout))
         .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -187,8 +187,8 @@ async fn control_heal(State(d): State<Demo>) -> &'static str {
     "healed"
 }
 
-/// Runs the demo service until SIGTERM/SIGINT.
-pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
+/// Runs the demo service until SIGTERM/SIGINT; `token` is sent on its session (`--token`).
+pub async fn run(args: ServiceArgs, token: Option<String>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("bind {}", args.listen))?;
@@ -226,7 +226,9 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
         return serve_until_signal(listener, app, &draining).await;
     }
     let client = Client::connect(
-        ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}")),
+        ClientConfig::new(args.registry.clone())
+            .with_client_name(format!("demo-service {name}"))
+            .with_optional_token(token),
     )
     .await
     .with_context(|| format!("cannot reach the registry at {}", args.registry))?;

@@ -189,6 +189,8 @@ struct Plan {
     service: ServiceKey,
     check: ReadyCheck,
     registry: String,
+    /// The registry's API token (`--token`), sent on the session.
+    token: Option<String>,
 }
 
 /// A bad argument: the flag at fault and the line that says what is wrong.
@@ -258,6 +260,7 @@ impl Plan {
                 ),
                 check,
                 registry,
+                token: None,
                 args,
             }),
             _ => Err(problems),
@@ -279,9 +282,11 @@ impl Plan {
 /// [`CliError::Usage`] naming every bad argument at once; what prevents the wrapper from
 /// starting at all (no signal handler, the readiness port taken, the program not found).
 /// Everything later is a logged step and an exit status.
-pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
+///
+/// `token`: the registry's API token (`--token`, `GANGWAY_TOKEN`), sent on the session.
+pub async fn run(args: RunArgs, json: bool, token: Option<String>) -> anyhow::Result<ExitCode> {
     // Bad arguments go out as every other command's: one line, exit 2.
-    let plan = Plan::new(args).map_err(|problems| CliError::Usage {
+    let mut plan = Plan::new(args).map_err(|problems| CliError::Usage {
         field: problems.first().map(|(field, _)| (*field).to_owned()),
         message: problems
             .iter()
@@ -289,6 +294,7 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join("; "),
     })?;
+    plan.token = token;
     let events = Arc::new(Events::new(json));
     // Handlers first: a signal during start-up must reach the drain logic, not kill us.
     let mut term = signal(SignalKind::terminate())?;
@@ -361,7 +367,8 @@ async fn lifecycle(
     // 2. Register on a session.
     let connect = Client::connect(
         ClientConfig::new(plan.registry.clone())
-            .with_client_name(format!("gangway run {}", plan.service)),
+            .with_client_name(format!("gangway run {}", plan.service))
+            .with_optional_token(plan.token.clone()),
     );
     let client = tokio::select! {
         name = next_signal(term, int) => {

@@ -44,6 +44,9 @@ pub async fn authenticate(
 }
 
 async fn prepare(state: &AuthLayerState, request: Request) -> Result<Request, ApiError> {
+    if !state.authority.is_on() && !state.exposed {
+        check_host(&request)?;
+    }
     let nacos = request.uri().path().starts_with("/nacos/");
     let header_credentials = from_authorization(request.headers())?;
     let (mut request, nacos_token) = if nacos && header_credentials.is_none() {
@@ -148,6 +151,52 @@ async fn nacos_access_token(request: Request) -> Result<(Request, Option<String>
         })?;
     let token = std::str::from_utf8(&bytes).ok().and_then(access_token_in);
     Ok((Request::from_parts(parts, Body::from(bytes)), token))
+}
+
+/// Without auth, a loopback server answers only requests whose `Host` (HTTP/2: `:authority`)
+/// is an IP address or `localhost` (also `*.localhost`), with any port; others get 403 rule
+/// `host`. A web page whose DNS name an attacker points at 127.0.0.1 (DNS rebinding) is
+/// same-origin to the browser and could otherwise send any request to the registry, JSON
+/// included; its requests carry the attacker's name. A request without a host passes (no
+/// browser sends one). With auth on the credentials decide, and `--insecure-no-auth` has
+/// opened the port to every page anyway.
+fn check_host(request: &Request) -> Result<(), ApiError> {
+    let authority = match request.headers().get(header::HOST) {
+        Some(value) => value.to_str().ok(),
+        None => match request.uri().authority() {
+            Some(authority) => Some(authority.as_str()),
+            None => return Ok(()),
+        },
+    };
+    if authority.and_then(host_of).is_some_and(host_is_local) {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden {
+        rule: "host",
+        message: "without auth the registry answers only requests to an IP address or \
+                  localhost (Host header), so that no web page can reach it by DNS rebinding; \
+                  use the address, or turn auth on (--auth)"
+            .into(),
+    })
+}
+
+/// The host part of a `Host` value: without its port, an IPv6 literal without its brackets.
+fn host_of(authority: &str) -> Option<&str> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return (after.is_empty() || after.starts_with(':')).then_some(host);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => Some(host),
+        Some(_) => None,
+        None => Some(authority),
+    }
+}
+
+/// An IP address, `localhost` or a name under `.localhost` (RFC 6761: always loopback).
+fn host_is_local(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    host.parse::<std::net::IpAddr>().is_ok() || host == "localhost" || host.ends_with(".localhost")
 }
 
 /// Refuses what a page on another site could make a browser send without a CORS preflight: a

@@ -26,7 +26,7 @@ super::capability::driver!(RestApi = "rest", served by OnGangway);
 super::capability::driver!(RestPersistent = "rest-persistent", served by OnGangway);
 
 /// A client of `server`'s REST port sharing one pool sized for `workers` ([`super::pool`]).
-fn client(server: &Server, workers: usize) -> anyhow::Result<RestClient> {
+pub(crate) fn client(server: &Server, workers: usize) -> anyhow::Result<RestClient> {
     Ok(RestClient::builder(&server.http.to_string())
         .http(super::pool(workers))
         .build()?)

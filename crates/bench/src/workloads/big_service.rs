@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use super::lineup::{Entry, Plan};
 use super::{Ctx, Params};
 use crate::drivers::native::{Session, SnapshotHandler};
+use crate::drivers::rest_driver;
 use crate::drivers::{
     EtcdPut, NacosV1, OnEtcd, OnGangway, OnRnacos, Register, RestApi, Serves, channel,
     instance_addr,
@@ -123,22 +124,20 @@ async fn measure<D: Register>(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec<
 /// Waits until the registry holds the ack of the push-bytes subscriber for the service's
 /// current revision: a delta is computed against the revision a subscriber acked.
 async fn acked(server: &Server) -> anyhow::Result<()> {
-    let url = format!("http://{}/v1/services/{SERVICE}/subscribers", server.http);
-    let http = reqwest::Client::new();
+    let rest = rest_driver::client(server, 1)?;
+    let service = rest_driver::service(SERVICE);
     let deadline = Instant::now() + PUSH_WAIT;
     loop {
-        let listing: serde_json::Value = http.get(&url).send().await?.json().await?;
-        let current = listing["revision"].as_u64();
-        let done = listing["subscribers"].as_array().is_some_and(|subs| {
-            subs.iter().any(|s| {
-                s["client_name"] == "bench-push-bytes" && s["acked_revision"].as_u64() == current
-            })
+        let listing = rest.subscribers(&service).await?.parse()?;
+        let done = listing.subscribers.iter().any(|s| {
+            s.client_name.as_deref() == Some("bench-push-bytes")
+                && s.acked_revision == listing.revision
         });
         if done {
             return Ok(());
         }
         if Instant::now() > deadline {
-            anyhow::bail!("the push-bytes subscriber did not ack within {PUSH_WAIT:?}: {listing}");
+            anyhow::bail!("the push-bytes subscriber did not ack within {PUSH_WAIT:?}");
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -144,6 +144,18 @@ async fn measure<D: Subscribe>(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec
     let producer = D::Producer::connect(server, 1).await?;
     let keeper = D::Producer::connect(server, 1).await?;
     D::Producer::register(&keeper, 0, &svc, "127.0.0.1", 1).await?;
+    // Nacos v1 leases last 15 s: beat them, as the SDKs do, while the run outlasts them (the
+    // churned ones until they are deregistered, the kept one to the end).
+    let _keeper_beats = Aborted(D::Producer::keep_alive(
+        &keeper,
+        &svc,
+        vec![("127.0.0.1".to_owned(), 1)],
+    ));
+    let churned_beats = Aborted(D::Producer::keep_alive(
+        &producer,
+        &svc,
+        (0..n).map(addr).collect(),
+    ));
     if !D::SENDS_LISTS {
         // Instances first, then the watches, which start from the full list.
         change_all::<D::Producer>(&producer, &svc, n, false).await?;
@@ -187,6 +199,7 @@ async fn measure<D: Subscribe>(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec
         );
     }
     let meter = CpuMeter::start(server);
+    drop(churned_beats);
     let t0 = Instant::now();
     *state.t0.lock().unwrap() = Some(t0);
     change_all::<D::Producer>(&producer, &svc, n, true).await?;
@@ -255,4 +268,15 @@ async fn laggards(server: &Server, svc: &str) -> String {
         "; server: {} subscribers, {pushed} pushed and {acked} acked the latest revision",
         subs.len()
     )
+}
+
+/// Aborts a [`Register::keep_alive`] task when dropped.
+struct Aborted(Option<tokio::task::AbortHandle>);
+
+impl Drop for Aborted {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }

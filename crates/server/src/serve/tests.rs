@@ -31,7 +31,8 @@ fn code(v: &Verdict) -> String {
 
 #[test]
 fn ordinary_heads_pass_one_byte_at_a_time_or_at_once() {
-    let head = b"\r\nGET /v1/services?namespace=public HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: */*\r\n\r\n";
+    let head =
+        b"\r\nGET /v1/services?namespace=public HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: */*\r\n\r\n";
     let mut scan = Scan::default();
     for b in head {
         assert_eq!(scan.feed(std::slice::from_ref(b), false), Verdict::Pass);

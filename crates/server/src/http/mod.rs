@@ -47,7 +47,7 @@ struct AppState {
 /// [`MAX_BODY_BYTES`]).
 #[derive(FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
-struct ApiJson<T>(T);
+pub(crate) struct ApiJson<T>(pub(crate) T);
 
 /// Query string whose rejection is an [`ApiError`] (400, field `query`).
 #[derive(FromRequestParts)]
@@ -140,6 +140,8 @@ pub fn router(registry: Registry, prometheus: prometheus_client::registry::Regis
         .route("/v1/services/{service}/instances/{addr}/drain", post(drain))
         .route("/v1/services/{service}/subscribers", get(subscribers))
         .route("/v1/services/{service}/watch", get(watch))
+        .route("/v1/services/{service}/liveness", get(liveness::liveness))
+        .route("/v1/drains", get(drains::drains))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /v1/openapi.json") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -243,8 +245,19 @@ struct ServiceJson {
     instances: usize,
     serving: usize,
     subscribers: usize,
+    states: StateCounts,
     protect_threshold: f64,
     metadata: BTreeMap<String, String>,
+}
+
+/// Instances by state (as `gangway_instances{state}` counts them; they add up to
+/// `instances`).
+#[derive(Serialize)]
+struct StateCounts {
+    serving: usize,
+    unhealthy: usize,
+    offline: usize,
+    zero_weight: usize,
 }
 
 impl From<ServiceSummary> for ServiceJson {
@@ -258,10 +271,38 @@ impl From<ServiceSummary> for ServiceJson {
             instances: s.instances,
             serving: s.serving,
             subscribers: s.subscribers,
+            states: StateCounts {
+                serving: s.tally.serving,
+                unhealthy: s.tally.enabled - s.tally.healthy,
+                offline: s.instances - s.tally.enabled,
+                zero_weight: s.tally.healthy - s.tally.serving,
+            },
             protect_threshold: s.settings.protect_threshold,
             metadata: s.settings.metadata,
         }
     }
+}
+
+/// The checks of a listing with optional exact-match `filters` (field, value): each given
+/// one is a valid name; rule `read` on `namespace` when given, and a caller without
+/// credentials is refused (401) when not (the listing is then filtered per namespace).
+fn allow_listing(
+    caller: &Caller,
+    namespace: &Option<String>,
+    filters: &[(&str, &Option<String>)],
+) -> Result<(), ApiError> {
+    for (field, value) in filters {
+        if let Some(v) = value {
+            present(field, value)?;
+            validate::name(field, v)?;
+        }
+    }
+    match namespace {
+        Some(ns) => caller.allow(Rule::Read, ns, None)?,
+        None if *caller == Caller::Anonymous => caller.allow(Rule::Read, "", None)?,
+        None => {}
+    }
+    Ok(())
 }
 
 async fn list_services(
@@ -269,17 +310,11 @@ async fn list_services(
     caller: Caller,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    for (field, value) in [("namespace", &q.namespace), ("group", &q.group)] {
-        if let Some(v) = value {
-            present(field, value)?;
-            validate::name(field, v)?;
-        }
-    }
-    if let Some(ns) = &q.namespace {
-        caller.allow(Rule::Read, ns, None)?;
-    } else if caller == Caller::Anonymous {
-        caller.allow(Rule::Read, "", None)?;
-    }
+    allow_listing(
+        &caller,
+        &q.namespace,
+        &[("namespace", &q.namespace), ("group", &q.group)],
+    )?;
     let services: Vec<ServiceJson> = s
         .registry
         .services(q.namespace.as_deref(), q.group.as_deref())
@@ -769,6 +804,8 @@ async fn watch(
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
 }
 
+mod drains;
+mod liveness;
 pub mod loading;
 
 #[cfg(test)]

@@ -160,7 +160,7 @@ function showLogin(message) {
   $("login-view").hidden = false;
   $("logout").hidden = true;
   $("who").textContent = "";
-  setLive("off");
+  $("live").hidden = true;
   const err = $("login-error");
   err.hidden = !message;
   err.textContent = message || "";
@@ -203,6 +203,7 @@ async function onLogout() {
 function enter() {
   $("login-view").hidden = true;
   $("app-view").hidden = false;
+  $("live").hidden = false;
   renderWho();
   readHash();
   openEvents();
@@ -450,7 +451,7 @@ function drainRow(d) {
       { class: "drain-body" },
       bar,
       h("span", { class: "drain-count" }, d.total === 0 ? "no subscriber" : `${d.acked} / ${d.total} acked`),
-      h("span", { class: "muted drain-time", dataset: { elapsed: d.state === "waiting" ? "1" : "" } }, `${ago(elapsed)} of ${ago(d.timeout_ms)}`),
+      h("span", { class: `muted drain-time ${d.state === "waiting" ? "ticking" : ""}`, dataset: { base: d.waited_ms, timeout: d.timeout_ms } }, `${ago(elapsed)} of ${ago(d.timeout_ms)}`),
     ),
     laggards.length ? h("div", { class: "laggards" }, h("span", { class: "muted" }, d.state === "waiting" ? "Waiting for:" : "Laggards:"), h("ul", {}, laggards)) : null,
   );
@@ -495,7 +496,7 @@ function keeper(i) {
     case "session": {
       const s = i.session;
       if (!s) return ["session", "gone"];
-      return [`session ${s.id}`, `${s.client_name || "client"} at ${s.address}`];
+      return [`session ${s.id}${s.client_name ? ` · ${s.client_name}` : ""}`, s.address];
     }
     case "lease": {
       const l = i.lease;
@@ -530,7 +531,7 @@ function instancesPanel() {
       h("td", {}, i.enabled ? "yes" : h("span", { class: "muted" }, "no")),
       h("td", { class: "meta" }, meta.length ? meta.map(([k, v]) => h("span", { class: "kv", title: `${k}=${v}` }, `${k}=${v}`)) : h("span", { class: "muted" }, "—")),
       h("td", {}, h("div", {}, how), h("div", { class: "sub" }, detail), i.owner ? h("div", { class: "sub" }, `owner ${i.owner}`) : null),
-      h("td", { title: when(i.since_ms) }, h("span", { class: "since", dataset: { since: i.since_ms } }, since(i.since_ms))),
+      h("td", { class: "nowrap", title: when(i.since_ms) }, h("span", { class: "since", dataset: { since: i.since_ms } }, since(i.since_ms))),
       h("td", { class: "actions" }, actions(sel, i)),
     );
   });
@@ -596,6 +597,9 @@ function renderTimes() {
   for (const el of document.querySelectorAll(".since")) el.textContent = since(Number(el.dataset.since));
   const gone = Date.now() - state.fetchedAt;
   for (const el of document.querySelectorAll(".live-time")) el.textContent = `last ${ago(Number(el.dataset.base) + gone)} ago`;
+  for (const el of document.querySelectorAll(".drain-time.ticking")) {
+    el.textContent = `${ago(Math.min(Number(el.dataset.base) + gone, Number(el.dataset.timeout)))} of ${ago(Number(el.dataset.timeout))}`;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

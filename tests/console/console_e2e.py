@@ -19,10 +19,9 @@ import time
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 CFG = json.loads(os.environ["CONSOLE_E2E"])
@@ -61,20 +60,59 @@ def css(driver, selector):
     return driver.find_elements(By.CSS_SELECTOR, selector)
 
 
-def wait_css(driver, selector, what):
-    try:
-        return WebDriverWait(driver, WAIT_S).until(
-            EC.visibility_of_element_located((By.CSS_SELECTOR, selector))
-        )
-    except TimeoutException:
-        raise AssertionError(f"{what}: no visible {selector} within {WAIT_S} s")
+# The page renders again on every live update, so an element found a moment ago may be gone:
+# every wait looks its elements up again, and a stale one only means "look again".
+IGNORED = [StaleElementReferenceException]
 
 
 def wait_until(driver, condition, what):
     try:
-        return WebDriverWait(driver, WAIT_S).until(lambda d: condition(d))
+        return WebDriverWait(driver, WAIT_S, ignored_exceptions=IGNORED).until(
+            lambda d: condition(d)
+        )
     except TimeoutException:
         raise AssertionError(f"{what}: not within {WAIT_S} s")
+
+
+def wait_css(driver, selector, what):
+    """Waits until `selector` matches a visible element; returns its text."""
+
+    def shown(d):
+        found = [e for e in css(d, selector) if e.is_displayed()]
+        return found[0].text if found else False
+
+    return wait_until(driver, shown, f"{what} ({selector})")
+
+
+def wait_text(driver, selector, needle, what):
+    """Waits until an element matching `selector` shows `needle`; returns its text."""
+
+    def shows(d):
+        texts = [e.text for e in css(d, selector)]
+        return next((t for t in texts if needle in t), False)
+
+    return wait_until(driver, shows, f"{what}: {needle!r} in {selector}")
+
+
+def wait_attr(driver, selector, attr, value, what):
+    wait_until(
+        driver,
+        lambda d: any(e.get_attribute(attr) == value for e in css(d, selector)),
+        f"{what}: {selector} with {attr}={value!r}",
+    )
+
+
+def click(driver, selector, what):
+    """Clicks the first element matching `selector`, looking it up again if it went stale."""
+
+    def clicked(d):
+        found = [e for e in css(d, selector) if e.is_displayed() and e.is_enabled()]
+        if not found:
+            return False
+        found[0].click()
+        return True
+
+    wait_until(driver, clicked, f"{what} ({selector})")
 
 
 def row(driver, table, addr):
@@ -82,30 +120,29 @@ def row(driver, table, addr):
 
 
 def confirm(driver, row_selector, action):
-    """Clicks the row's button for `action`, checks the dialog, confirms."""
-    button = wait_css(driver, f'{row_selector} button[data-action="{action}"]', f"{action} button")
-    button.click()
-    dialog = wait_css(driver, "#confirm", "confirmation dialog")
-    text = dialog.text
-    ok = driver.find_element(By.ID, "confirm-ok")
-    return text, ok
+    """Clicks the row's button for `action`; returns the confirmation dialog's text (the
+    dialog is modal: the page behind it renders on, the dialog stays)."""
+    click(driver, f'{row_selector} button[data-action="{action}"]', f"{action} button")
+    return wait_css(driver, "#confirm", "confirmation dialog")
+
+
+def confirm_ok(driver):
+    driver.find_element(By.ID, "confirm-ok").click()
 
 
 def toast_with(driver, needle, kind):
-    def found(d):
-        for t in css(d, f".toast.{kind}"):
-            if needle in t.text:
-                return t.text
-        return False
-
-    return wait_until(driver, found, f"a {kind} toast with {needle!r}")
+    return wait_text(driver, f".toast.{kind} .toast-text", needle, f"a {kind} toast")
 
 
 def dismiss_toasts(driver):
     """Closes the toasts shown so far (so that the next screenshot shows what follows)."""
-    for close in css(driver, ".toast .toast-close"):
-        close.click()
-    wait_until(driver, lambda d: not css(d, ".toast"), "toasts dismissed")
+
+    def closed(d):
+        for close in css(d, ".toast .toast-close"):
+            close.click()
+        return not css(d, ".toast")
+
+    wait_until(driver, closed, "toasts dismissed")
 
 
 def run(driver):
@@ -119,80 +156,80 @@ def run(driver):
     driver.find_element(By.ID, "password").send_keys("not-the-password")
     driver.find_element(By.ID, "login-button").click()
     err = wait_css(driver, "#login-error", "login error")
-    assert "Wrong user name or password" in err.text, err.text
+    assert "Wrong user name or password" in err, err
     driver.find_element(By.ID, "password").clear()
     driver.find_element(By.ID, "password").send_keys(CFG["password"])
     driver.find_element(By.ID, "login-button").click()
-    step("logged-in", refused_first=err.text)
+    step("logged-in", refused_first=err)
 
     # The service list with its counts.
-    svc_row = wait_css(driver, f'#services-table tr[data-service="{CFG["service"]}"]', "service row")
-    wait_until(driver, lambda d: f"{CFG['serving']} serving" in svc_row.text, "serving count")
-    who = driver.find_element(By.ID, "who").text
-    assert CFG["user"] in who, who
-    live = wait_until(driver, lambda d: d.find_element(By.ID, "live").text == "live" and "live", "live updates")
-    names = [r.get_attribute("data-service") for r in css(driver, "#services-table tbody tr")]
+    svc = f'#services-table tr[data-service="{CFG["service"]}"]'
+    svc_text = wait_text(driver, svc, f"{CFG['serving']} serving", "service row")
+    who = wait_text(driver, "#who", CFG["user"], "who is signed in")
+    live = wait_text(driver, "#live", "live", "live updates")
+    names = wait_until(
+        driver,
+        lambda d: [r.get_attribute("data-service") for r in css(d, "#services-table tbody tr")],
+        "service rows",
+    )
     for name in CFG["services"]:
         assert name in names, (name, names)
-    step("services-listed", services=names, row=svc_row.text.replace("\n", " | "), who=who, live=live)
+    step("services-listed", services=names, row=svc_text.replace("\n", " | "), who=who, live=live)
     shot(driver, "02-services")
 
     # One service: its instances and subscribers.
-    svc_row.click()
-    wait_css(driver, "#instances-table", "instances table")
+    click(driver, svc, "service row")
     wait_until(driver, lambda d: len(css(d, "#instances-table tbody tr")) == CFG["instances"], "instance rows")
-    subs = wait_css(driver, "#subscribers-table", "subscribers table").text
-    assert "lagging-web" in subs, subs
-    first = css(driver, "#instances-table tbody tr")[0].text
-    assert "session" in first, first
-    step("service-opened", instances=CFG["instances"], first_row=first.replace("\n", " | "))
+    subs = wait_text(driver, "#subscribers-table", "lagging-web", "subscribers table")
+    first = wait_text(driver, "#instances-table tbody tr", "session", "a session-kept instance")
+    step("service-opened", instances=CFG["instances"], first_row=first.replace("\n", " | "), subscribers=subs.replace("\n", " | "))
 
     # Offline one instance: confirmation, then its row says offline.
     off = row(driver, "instances-table", CFG["offline_addr"])
-    text, ok = confirm(driver, off, "offline")
+    text = confirm(driver, off, "offline")
     assert CFG["offline_addr"] in text and "offline" in text, text
-    ok.click()
-    wait_until(driver, lambda d: css(d, off) and css(d, off)[0].get_attribute("data-state") == "offline", "offline row")
+    confirm_ok(driver)
+    wait_attr(driver, off, "data-state", "offline", "offline row")
     toast_with(driver, "is offline", "ok")
     dismiss_toasts(driver)
-    step("offlined", addr=CFG["offline_addr"])
+    step("offlined", addr=CFG["offline_addr"], dialog=text.replace("\n", " | "))
 
     # Drain another while the poller lags: the drain waits for it...
     poll_as_subscriber()
     drain = row(driver, "instances-table", CFG["drain_addr"])
-    text, ok = confirm(driver, drain, "drain")
+    text = confirm(driver, drain, "drain")
     assert "Drain" in text and CFG["drain_addr"] in text, text
     clicked = time.monotonic()
-    ok.click()
-    waiting = wait_css(driver, f'.drain[data-state="waiting"][data-addr="{CFG["drain_addr"]}"]', "drain waiting")
-    wait_until(driver, lambda d: "lagging-web" in waiting.text, "laggard listed")
-    progress = waiting.text
+    confirm_ok(driver)
+    waiting = f'.drain[data-state="waiting"][data-addr="{CFG["drain_addr"]}"]'
+    progress = wait_text(driver, waiting, "lagging-web", "drain waiting for the poller")
     shot(driver, "03-drain-waiting")
-    step("drain-waiting", progress=progress.replace("\n", " | "))
+    step("drain-waiting", progress=progress.replace("\n", " | "), dialog=text.replace("\n", " | "))
     # ... and completes once it fetches the revision without the instance.
     poll_as_subscriber()
-    done = wait_css(driver, f'.drain[data-state="complete"][data-addr="{CFG["drain_addr"]}"]', "drain complete")
+    complete = f'.drain[data-state="complete"][data-addr="{CFG["drain_addr"]}"]'
+    done = wait_css(driver, complete, "drain complete")
     report = toast_with(driver, "complete", "ok")
     took = int((time.monotonic() - clicked) * 1000)
-    wait_until(driver, lambda d: css(d, drain)[0].get_attribute("data-state") == "offline", "drained row offline")
+    wait_attr(driver, drain, "data-state", "offline", "drained row offline")
     shot(driver, "04-drain-complete")
-    step("drain-complete", progress=done.text.replace("\n", " | "), toast=report, click_to_complete_ms=took)
+    step("drain-complete", progress=done.replace("\n", " | "), toast=report, click_to_complete_ms=took)
 
     # The last serving instance of another service: refused, with the API's message.
     dismiss_toasts(driver)
     driver.get(f"{URL}/ui#/public/DEFAULT_GROUP/{CFG['last_service']}")
     last = row(driver, "instances-table", CFG["last_addr"])
     wait_css(driver, last, "last instance row")
-    text, ok = confirm(driver, last, "drain")
-    ok.click()
+    confirm(driver, last, "drain")
+    confirm_ok(driver)
     refusal = toast_with(driver, "last serving instance", "error")
     assert "409" in refusal and "refused" in refusal, refusal
-    assert css(driver, last)[0].get_attribute("data-state") == "serving"
+    wait_attr(driver, last, "data-state", "serving", "still serving")
     shot(driver, "05-refused")
     step("refused", toast=refusal)
 
     # Sign out: back to the form, and the cookie no longer works.
-    driver.find_element(By.ID, "logout").click()
+    click(driver, "#logout", "sign-out button")
     wait_css(driver, "#login-form", "login form after sign-out")
     status = driver.execute_async_script(
         "const done = arguments[0]; fetch('/v1/services').then(r => done(r.status));"

@@ -420,16 +420,17 @@ function card(title, value, note) {
   return h("div", { class: "card stat" }, h("div", { class: "stat-title" }, title), h("div", { class: "stat-value" }, value), h("div", { class: "stat-note" }, note));
 }
 
-function drainsPanel(drains, title) {
+// `inService`: the drains of the service shown, whose name the rows need not repeat.
+function drainsPanel(drains, title, inService) {
   if (drains.length === 0) return null;
   const running = drains.filter((d) => d.state === "waiting");
   const ended = drains.filter((d) => d.state !== "waiting").slice(0, running.length ? 3 : 5);
-  return h("section", { class: "panel", id: "drains" }, h("h2", {}, title, h("span", { class: "count" }, running.length ? `${running.length} running` : "recent")), h("div", { class: "drains" }, [...running, ...ended].map(drainRow)));
+  return h("section", { class: "panel", id: "drains" }, h("h2", {}, title, h("span", { class: "count" }, running.length ? `${running.length} running` : "recent")), h("div", { class: "drains" }, [...running, ...ended].map((d) => drainRow(d, inService))));
 }
 
 const DRAIN_STATE = { waiting: "waiting for acks", complete: "complete", timed_out: "timed out", cancelled: "cancelled" };
 
-function drainRow(d) {
+function drainRow(d, inService) {
   const pct = d.total === 0 ? 100 : Math.round((100 * d.acked) / d.total);
   const bar = h("div", { class: "bar" }, h("div", { class: "fill" }));
   bar.firstChild.style.width = `${pct}%`;
@@ -442,7 +443,7 @@ function drainRow(d) {
       "div",
       { class: "drain-head" },
       h("span", { class: "strong" }, addr(d.instance)),
-      h("span", { class: "muted" }, ` ${d.namespace}/${d.group}/${d.service}`),
+      inService ? null : h("span", { class: "muted" }, ` ${d.namespace}/${d.group}/${d.service}`),
       h("span", { class: "spacer" }),
       chip(DRAIN_STATE[d.state] || d.state, `drain-${d.state}`),
     ),
@@ -484,7 +485,7 @@ function serviceView() {
       : h("p", { class: "muted" }, "The registry knows nothing of this service (yet)."),
   );
   const drains = state.drains.filter((x) => sameService(x, sel));
-  return h("div", {}, head, drainsPanel(drains, "Drains of this service"), instancesPanel(), subscribersPanel());
+  return h("div", {}, head, drainsPanel(drains, "Drains of this service", true), instancesPanel(), subscribersPanel());
 }
 
 function fact(name, value) {
@@ -530,7 +531,7 @@ function instancesPanel() {
       h("td", { class: "num" }, i.weight),
       h("td", {}, i.enabled ? "yes" : h("span", { class: "muted" }, "no")),
       h("td", { class: "meta" }, meta.length ? meta.map(([k, v]) => h("span", { class: "kv", title: `${k}=${v}` }, `${k}=${v}`)) : h("span", { class: "muted" }, "—")),
-      h("td", {}, h("div", {}, how), h("div", { class: "sub" }, detail), i.owner ? h("div", { class: "sub" }, `owner ${i.owner}`) : null),
+      h("td", {}, h("div", { class: "nowrap" }, how), h("div", { class: "sub" }, detail), i.owner ? h("div", { class: "sub" }, `owner ${i.owner}`) : null),
       h("td", { class: "nowrap", title: when(i.since_ms) }, h("span", { class: "since", dataset: { since: i.since_ms } }, since(i.since_ms))),
       h("td", { class: "actions" }, actions(sel, i)),
     );

@@ -43,6 +43,14 @@ async fn started() -> Fixture {
     }
 }
 
+/// A started server whose public/orders holds 10.0.0.1:1 and 10.0.0.1:2.
+async fn serving_two() -> Fixture {
+    let f = started().await;
+    f.register(1).await;
+    f.register(2).await;
+    f
+}
+
 async fn text_or_json(resp: reqwest::Response) -> (StatusCode, Value) {
     let status = resp.status();
     let text = resp.text().await.unwrap();
@@ -106,6 +114,15 @@ impl Fixture {
         }
     }
 
+    /// `POST /ui/logout` with the CSRF token, as the page signs out.
+    async fn logout(&self, browser: &Browser) -> reqwest::Response {
+        self.request(Method::POST, "/ui/logout", browser, true)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// A request as the console's page makes it: the cookie, and optionally the CSRF header.
     fn request(
         &self,
@@ -141,9 +158,7 @@ impl Fixture {
 
 #[tokio::test]
 async fn the_cookie_reads_and_a_change_needs_the_csrf_header_too() {
-    let f = started().await;
-    f.register(1).await;
-    f.register(2).await;
+    let f = serving_two().await;
     let ada = f.login("ada", "ada-password").await;
     let (status, body) = f.json_call(Method::GET, "/v1/services", &ada, false).await;
     assert_eq!(
@@ -194,9 +209,7 @@ async fn the_cookie_reads_and_a_change_needs_the_csrf_header_too() {
 
 #[tokio::test]
 async fn a_form_or_text_post_with_the_cookie_is_refused() {
-    let f = started().await;
-    f.register(1).await;
-    f.register(2).await;
+    let f = serving_two().await;
     let ada = f.login("ada", "ada-password").await;
     let offline = "/v1/services/orders/instances/10.0.0.1:1/offline";
     for csrf in [false, true] {
@@ -266,12 +279,7 @@ async fn a_cookie_from_logout_no_longer_works() {
             .0,
         StatusCode::OK
     );
-    let resp = f
-        .request(Method::POST, "/ui/logout", &ada, true)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
+    let resp = f.logout(&ada).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let cleared = resp.headers()[header::SET_COOKIE]
         .to_str()
@@ -303,9 +311,7 @@ async fn a_cookie_from_logout_no_longer_works() {
 
 #[tokio::test]
 async fn a_read_users_drain_is_refused_with_403() {
-    let f = started().await;
-    f.register(1).await;
-    f.register(2).await;
+    let f = serving_two().await;
     let rita = f.login("rita", "rita-password").await;
     let (status, body) = f.json_call(Method::GET, "/v1/services", &rita, false).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -466,14 +472,7 @@ async fn with_auth_off_the_console_needs_no_login() {
         .unwrap();
     let http = reqwest::Client::new();
     let url = |p: &str| format!("http://{}{p}", server.http_addr);
-    let session: Value = http
-        .get(url("/ui/session"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, session) = text_or_json(http.get(url("/ui/session")).send().await.unwrap()).await;
     assert_eq!(session["auth"], "off");
     assert_eq!(session["user"], Value::Null);
     let resp = http
@@ -501,15 +500,7 @@ async fn with_auth_off_the_console_needs_no_login() {
         .await
         .unwrap();
     assert_eq!(form.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    let report: Value = http
-        .post(&drain)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, report) = text_or_json(http.post(&drain).json(&json!({})).send().await.unwrap()).await;
     assert_eq!(report["complete"], true, "{report}");
     let resp = http.get(url("/ui/events")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
@@ -577,12 +568,7 @@ async fn the_event_stream_says_when_something_changed_and_needs_credentials() {
         last = now;
     }
     // Logging out ends the stream.
-    let resp = f
-        .request(Method::POST, "/ui/logout", &ada, true)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
+    let resp = f.logout(&ada).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let ended = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(chunk) = events.body.next().await {

@@ -1607,6 +1607,12 @@ fn spawn_drain(app: &App, addr: &str, timeout_ms: u64) -> tokio::task::JoinHandl
 }
 
 impl App {
+    /// Fetches `orders` as the poller `name` (which acks what it fetched).
+    async fn poll_orders(&self, name: &str) -> Value {
+        let uri = format!("/v1/services/orders/instances?subscriber={name}");
+        self.ok(Method::GET, &uri, None).await
+    }
+
     /// The drains listing's entry for `addr`, once one `matches`.
     async fn drain_listed(&self, addr: &str, matches: impl Fn(&Value) -> bool) -> Value {
         let (ip, port) = addr.split_once(':').unwrap();
@@ -1631,13 +1637,7 @@ async fn drains_are_listed_with_their_progress_while_they_wait_and_their_outcome
     for ip in ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"] {
         app.lease("orders", ip).await;
     }
-    let poll = || {
-        app.ok(
-            Method::GET,
-            "/v1/services/orders/instances?subscriber=web",
-            None,
-        )
-    };
+    let poll = || app.poll_orders("web");
     poll().await;
     assert_eq!(
         app.ok(Method::GET, "/v1/drains", None).await,
@@ -1812,13 +1812,7 @@ async fn liveness_lists_who_keeps_each_instance_alive_and_since_when() {
 async fn subscribers_say_how_far_behind_they_are() {
     let app = app();
     app.lease("orders", "10.0.0.1").await;
-    let poll = || {
-        app.ok(
-            Method::GET,
-            "/v1/services/orders/instances?subscriber=web",
-            None,
-        )
-    };
+    let poll = || app.poll_orders("web");
     poll().await;
     let row = |subs: &Value| subs["subscribers"][0].clone();
     let subs = app

@@ -407,12 +407,7 @@ function overview() {
     drainsPanel(state.drains, "Drains"),
     state.services.length === 0
       ? h("p", { class: "empty" }, "No service holds instances, settings or subscribers yet.")
-      : h(
-          "table",
-          { id: "services-table", class: "table" },
-          h("thead", {}, h("tr", {}, ["Service", "Kind", "Instances by state", "Total", "Subscribers", "Protect threshold", "Revision"].map((t) => h("th", {}, t)))),
-          h("tbody", {}, rows),
-        ),
+      : table("services-table", ["Service", "Kind", "Instances by state", "Total", "Subscribers", "Protect threshold", "Revision"], rows),
   );
 }
 
@@ -536,19 +531,8 @@ function instancesPanel() {
       h("td", { class: "actions" }, actions(sel, i)),
     );
   });
-  return h(
-    "section",
-    { class: "panel" },
-    h("h2", {}, "Instances", h("span", { class: "count" }, d.instances.length)),
-    d.instances.length === 0
-      ? h("p", { class: "empty" }, "No instance.")
-      : h(
-          "table",
-          { id: "instances-table", class: "table" },
-          h("thead", {}, h("tr", {}, ["Instance", "State", "Health", "Weight", "Enabled", "Metadata", "Kept alive by", "Since", ""].map((t) => h("th", {}, t)))),
-          h("tbody", {}, rows),
-        ),
-  );
+  const headers = ["Instance", "State", "Health", "Weight", "Enabled", "Metadata", "Kept alive by", "Since", ""];
+  return tablePanel("Instances", "instances-table", headers, rows, "No instance.");
 }
 
 function actions(svc, i) {
@@ -578,19 +562,17 @@ function subscribersPanel() {
       h("td", {}, s.acked_at_ms ? since(s.acked_at_ms) : h("span", { class: "muted" }, "never")),
     ),
   );
-  return h(
-    "section",
-    { class: "panel" },
-    h("h2", {}, "Subscribers", h("span", { class: "count" }, subs.subscribers.length)),
-    subs.subscribers.length === 0
-      ? h("p", { class: "empty" }, "Nobody follows this service: a drain completes at once.")
-      : h(
-          "table",
-          { id: "subscribers-table", class: "table" },
-          h("thead", {}, h("tr", {}, ["Subscriber", "Kind", "Address", "Acked", "Pushed", "Lag", "Last ack"].map((t) => h("th", {}, t)))),
-          h("tbody", {}, rows),
-        ),
-  );
+  const headers = ["Subscriber", "Kind", "Address", "Acked", "Pushed", "Lag", "Last ack"];
+  return tablePanel("Subscribers", "subscribers-table", headers, rows, "Nobody follows this service: a drain completes at once.");
+}
+
+function table(id, headers, rows) {
+  return h("table", { id, class: "table" }, h("thead", {}, h("tr", {}, headers.map((t) => h("th", {}, t)))), h("tbody", {}, rows));
+}
+
+// A panel with a title, the number of rows, and their table (or `empty` when there is none).
+function tablePanel(title, id, headers, rows, empty) {
+  return h("section", { class: "panel" }, h("h2", {}, title, h("span", { class: "count" }, rows.length)), rows.length === 0 ? h("p", { class: "empty" }, empty) : table(id, headers, rows));
 }
 
 // Times that move while nothing is fetched.

@@ -5,13 +5,10 @@
 mod cluster;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cluster::{GANGWAY, Proc, Server};
+use cluster::{Proc, Server, gangway_auth as auth};
 use gangway_client::{Client, ClientConfig};
 use gangway_core::model::{InstanceKey, ServiceKey};
 use nix::sys::signal::Signal;
@@ -20,31 +17,6 @@ use serde_json::{Value, json};
 
 /// How long a SIGHUP may take to show.
 const RELOAD: Duration = Duration::from_secs(10);
-
-/// Runs `gangway auth --file FILE ARGS` (standard input: `stdin`); returns its stdout.
-fn auth(file: &Path, args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new(GANGWAY)
-        .args(["auth", "--file", file.to_str().unwrap()])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gangway auth");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().expect("gangway auth");
-    assert!(
-        out.status.success(),
-        "gangway auth {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 fn token_id(token: &str) -> &str {
     token.split('_').nth(1).expect("gwt_<id>_<secret>")

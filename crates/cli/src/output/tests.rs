@@ -104,6 +104,7 @@ fn services_table_shows_counts_and_a_dash_for_no_kind() {
             instances: 2,
             serving: 1,
             subscribers: 4,
+            states: Default::default(),
             protect_threshold: 0.5,
             metadata: BTreeMap::new(),
         }],
@@ -188,6 +189,8 @@ fn subscribers_show_who_is_behind() {
                 acked_revision: 9,
                 acked_at_ms: Some(0),
                 pushed_revision: Some(9),
+                behind: 0,
+                lag_ms: None,
             },
             Subscriber {
                 id: "2".into(),
@@ -197,6 +200,8 @@ fn subscribers_show_who_is_behind() {
                 acked_revision: 8,
                 acked_at_ms: None,
                 pushed_revision: None,
+                behind: 1,
+                lag_ms: Some(1_200),
             },
         ],
     };

@@ -2,7 +2,8 @@
 //!
 //! It takes the credentials from `Authorization: Bearer <token>` or `Basic <user:password>`,
 //! or, under `/nacos/`, from the `accessToken` query or form parameter (or header) as the Nacos
-//! SDKs send it; turns them into a [`Caller`] (401 when they are not valid) and puts it in the
+//! SDKs send it, or elsewhere from the web console's session cookie (with its CSRF header on
+//! mutations, [`crate::console`]); turns them into a [`Caller`] (401 when they are not valid) and puts it in the
 //! request's extensions for the route's one decision ([`Caller::allow`]). It also refuses what
 //! a web page on another site could send without a CORS preflight (docs/security.md, "Browser
 //! requests").
@@ -29,6 +30,9 @@ pub struct AuthLayerState {
     /// Auth is off on a non-loopback address (`--insecure-no-auth`): credential-less Nacos
     /// forms are refused too, since any web page may reach the port.
     pub exposed: bool,
+    /// The web console's sessions: its cookie is a third way to carry a user's credentials
+    /// (outside `/nacos/`), with a CSRF header on every mutation.
+    pub console: crate::console::Sessions,
 }
 
 /// The middleware (`axum::middleware::from_fn_with_state`).
@@ -61,8 +65,17 @@ async fn prepare(state: &AuthLayerState, request: Request) -> Result<Request, Ap
         nacos_token.is_some(),
         nacos,
     )?;
+    // Without an Authorization header, a console session cookie; its mutations need the CSRF
+    // header too (crate::console::Sessions::caller).
+    let from_cookie = match (&header_credentials, nacos) {
+        (None, false) => state.console.caller(&state.authority, &request)?,
+        _ => None,
+    };
     let credentials = header_credentials.or(nacos_token.map(Credentials::Token));
-    let caller = state.authority.authenticate(credentials).await?;
+    let caller = match from_cookie {
+        Some(caller) => caller,
+        None => state.authority.authenticate(credentials).await?,
+    };
     request.extensions_mut().insert(caller);
     Ok(request)
 }

@@ -40,9 +40,11 @@ impl Registry {
         };
         let (revision, _) = self.update(service, key, patch).await?;
         self.inner.metrics.drains_started.inc();
+        let tracker = self.track_drain(service, key, revision, started, timeout);
         let progress = self
             .wait_acks(service, revision, started + timeout, None)
             .await;
+        tracker.end(&progress);
         let waited = started.elapsed();
         let complete = progress.is_complete();
         self.inner.metrics.drain_wait.observe(waited.as_secs_f64());

@@ -48,7 +48,7 @@ struct AppState {
 /// [`MAX_BODY_BYTES`]).
 #[derive(FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
-struct ApiJson<T>(T);
+pub(crate) struct ApiJson<T>(pub(crate) T);
 
 /// Query string whose rejection is an [`ApiError`] (400, field `query`).
 #[derive(FromRequestParts)]
@@ -141,6 +141,8 @@ pub fn router(registry: Registry, prometheus: prometheus_client::registry::Regis
         .route("/v1/services/{service}/instances/{addr}/drain", post(drain))
         .route("/v1/services/{service}/subscribers", get(subscribers))
         .route("/v1/services/{service}/watch", get(watch))
+        .route("/v1/services/{service}/liveness", get(liveness::liveness))
+        .route("/v1/drains", get(drains::drains))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /v1/openapi.json") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -250,10 +252,38 @@ impl From<ServiceSummary> for rest::Service {
             instances: s.instances as u64,
             serving: s.serving as u64,
             subscribers: s.subscribers as u64,
+            states: rest::StateCounts {
+                serving: s.tally.serving as u64,
+                unhealthy: (s.tally.enabled - s.tally.healthy) as u64,
+                offline: (s.instances - s.tally.enabled) as u64,
+                zero_weight: (s.tally.healthy - s.tally.serving) as u64,
+            },
             protect_threshold: s.settings.protect_threshold,
             metadata: s.settings.metadata,
         }
     }
+}
+
+/// The checks of a listing with optional exact-match `filters` (field, value): each given
+/// one is a valid name; rule `read` on `namespace` when given, and a caller without
+/// credentials is refused (401) when not (the listing is then filtered per namespace).
+fn allow_listing(
+    caller: &Caller,
+    namespace: &Option<String>,
+    filters: &[(&str, &Option<String>)],
+) -> Result<(), ApiError> {
+    for (field, value) in filters {
+        if let Some(v) = value {
+            present(field, value)?;
+            validate::name(field, v)?;
+        }
+    }
+    match namespace {
+        Some(ns) => caller.allow(Rule::Read, ns, None)?,
+        None if *caller == Caller::Anonymous => caller.allow(Rule::Read, "", None)?,
+        None => {}
+    }
+    Ok(())
 }
 
 async fn list_services(
@@ -261,17 +291,11 @@ async fn list_services(
     caller: Caller,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::ServiceList>, ApiError> {
-    for (field, value) in [("namespace", &q.namespace), ("group", &q.group)] {
-        if let Some(v) = value {
-            present(field, value)?;
-            validate::name(field, v)?;
-        }
-    }
-    if let Some(ns) = &q.namespace {
-        caller.allow(Rule::Read, ns, None)?;
-    } else if caller == Caller::Anonymous {
-        caller.allow(Rule::Read, "", None)?;
-    }
+    allow_listing(
+        &caller,
+        &q.namespace,
+        &[("namespace", &q.namespace), ("group", &q.group)],
+    )?;
     let services = s
         .registry
         .services(q.namespace.as_deref(), q.group.as_deref())
@@ -634,6 +658,8 @@ fn subscriber(row: SubscriberRow) -> rest::Subscriber {
         acked_revision: row.acked_revision,
         acked_at_ms: row.acked_at_ms,
         pushed_revision: Some(row.pushed_revision),
+        behind: row.behind as u64,
+        lag_ms: row.lag_ms,
     }
 }
 
@@ -693,6 +719,8 @@ async fn watch(
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
 }
 
+mod drains;
+mod liveness;
 pub mod loading;
 
 #[cfg(test)]

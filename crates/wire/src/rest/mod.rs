@@ -58,12 +58,29 @@ pub struct Service {
     /// Live subscribers.
     #[serde(default)]
     pub subscribers: u64,
+    /// Instances by state (as `gangway_instances{state}` counts them; they add up to
+    /// `instances`).
+    #[serde(default)]
+    pub states: StateCounts,
     /// Protect threshold, ratio 0..=1.
     #[serde(default)]
     pub protect_threshold: f64,
     /// The service's metadata.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+}
+
+/// A service's instances by state; the four add up to its instances.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateCounts {
+    /// Enabled, healthy, weight above 0: in the consumer view.
+    pub serving: u64,
+    /// Enabled but failing its lease, session or probe.
+    pub unhealthy: u64,
+    /// Disabled (offline, or drained).
+    pub offline: u64,
+    /// Enabled and healthy with weight 0: listed, sent no traffic.
+    pub zero_weight: u64,
 }
 
 /// `GET /v1/services`.
@@ -305,6 +322,14 @@ pub struct Subscriber {
     /// Newest revision pushed to it (`None` when the registry did not say).
     #[serde(default)]
     pub pushed_revision: Option<u64>,
+    /// Revisions published since the one it acked (0: up to date; a subscriber further behind
+    /// than the registry's change log counts as its length).
+    #[serde(default)]
+    pub behind: u64,
+    /// Time since the oldest revision it has not acked was published, in ms; `None` (JSON
+    /// `null`) when it is up to date.
+    #[serde(default)]
+    pub lag_ms: Option<u64>,
 }
 
 impl Instance {

@@ -217,7 +217,8 @@ impl Registry {
     }
 
     /// An HTTP poll by a named poller: registers or refreshes it and counts the returned
-    /// revision as acked (DESIGN §4: pollers ack what they fetched).
+    /// revision as acked (DESIGN §4: pollers ack what they fetched). Its subscriber id is
+    /// `p-NAME@namespace/group/service`: one per name and service.
     pub fn poll(
         &self,
         service: &ServiceKey,
@@ -255,7 +256,9 @@ impl Registry {
     ) -> Result<gangway_core::View, RegistryError> {
         gangway_core::validate::name("subscriber", poller)?;
         gangway_core::validate::service_key(service)?;
-        let id = format!("p-{poller}");
+        // One poller per name *and service*: a consumer polling two services under one name
+        // acks each on its own (a poll of one service is no ack of the other's drain).
+        let id = format!("p-{poller}@{service}");
         let view = self.view(service);
         {
             let mut state = self.lock();

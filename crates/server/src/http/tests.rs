@@ -887,6 +887,41 @@ async fn drain_with_an_empty_body_and_no_subscribers_completes() {
 }
 
 #[tokio::test]
+async fn a_poll_of_another_service_under_the_same_name_acks_nothing_here() {
+    // One consumer process, one poller name, two services: polling "billing" is no ack of a
+    // drain in "orders" (the poller is one per name and service).
+    let app = app();
+    for ip in ["10.0.0.1", "10.0.0.2"] {
+        app.lease("orders", ip).await;
+        app.lease("billing", ip).await;
+    }
+    app.ok(
+        Method::GET,
+        "/v1/services/orders/instances?subscriber=web",
+        None,
+    )
+    .await;
+    let drain = spawn_drain(&app, "10.0.0.1:8080", 300);
+    let billing = "/v1/services/billing/instances?subscriber=web";
+    for _ in 0..3 {
+        app.ok(Method::GET, billing, None).await;
+    }
+    let report = drain.await.unwrap();
+    assert_eq!(report["complete"], false, "{report}");
+    assert_eq!(
+        report["laggards"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
+    let subs = app
+        .ok(Method::GET, "/v1/services/billing/subscribers", None)
+        .await;
+    assert_eq!(
+        subs["subscribers"][0]["id"], "p-web@public/DEFAULT_GROUP/billing",
+        "{subs}"
+    );
+}
+
+#[tokio::test]
 async fn drain_waits_for_a_poller_to_fetch_and_reports_laggards_on_timeout() {
     let app = app();
     app.lease("orders", "10.0.0.1").await;
@@ -905,7 +940,10 @@ async fn drain_waits_for_a_poller_to_fetch_and_reports_laggards_on_timeout() {
         .await;
     assert_eq!(report["complete"], false);
     assert_eq!(report["acked"], json!([]));
-    assert_eq!(report["laggards"][0]["id"], "p-web");
+    assert_eq!(
+        report["laggards"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
     assert!(report["laggards"][0]["acked_revision"].as_u64().unwrap() < revision(&report));
     assert!(report["waited_ms"].as_u64().unwrap() >= 50);
     assert!(
@@ -934,7 +972,10 @@ async fn drain_waits_for_a_poller_to_fetch_and_reports_laggards_on_timeout() {
     let report = drain.await.unwrap();
     assert_eq!(report["complete"], true, "{report}");
     assert_eq!(report["laggards"], json!([]));
-    assert_eq!(report["acked"][0]["id"], "p-web");
+    assert_eq!(
+        report["acked"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
     assert_eq!(report["acked"][0]["address"], "127.0.0.1:40000");
     assert!(report["acked"][0]["acked_revision"].as_u64().unwrap() >= revision(&report));
 }
@@ -964,7 +1005,7 @@ async fn a_poller_is_listed_as_subscriber_having_acked_what_it_fetched() {
         .await;
     assert_eq!(revision(&subs), revision(&view));
     let row = &subs["subscribers"][0];
-    assert_eq!(row["id"], "p-web-1");
+    assert_eq!(row["id"], "p-web-1@public/DEFAULT_GROUP/orders");
     assert_eq!(row["kind"], "poller");
     assert_eq!(row["client_name"], "web-1");
     assert_eq!(row["address"], "127.0.0.1:40000");
@@ -1670,7 +1711,10 @@ async fn drains_are_listed_with_their_progress_while_they_wait_and_their_outcome
         (waiting["acked"].clone(), waiting["total"].clone()),
         (json!(0), json!(1))
     );
-    assert_eq!(waiting["laggards"][0]["id"], "p-web");
+    assert_eq!(
+        waiting["laggards"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
     assert_eq!(waiting["timeout_ms"], 10_000);
     assert!(waiting["started_at_ms"].as_u64().unwrap() > 0);
     // Its next fetch acks it: complete, listed as such with its count.
@@ -1696,7 +1740,10 @@ async fn drains_are_listed_with_their_progress_while_they_wait_and_their_outcome
         .drain_listed("10.0.0.2:8080", |d| d["state"] != "waiting")
         .await;
     assert_eq!(timed_out["state"], "timed_out");
-    assert_eq!(timed_out["laggards"][0]["id"], "p-web");
+    assert_eq!(
+        timed_out["laggards"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
     let gone = spawn_drain(&app, "10.0.0.3:8080", 10_000);
     app.drain_listed("10.0.0.3:8080", |d| d["state"] == "waiting")
         .await;

@@ -774,7 +774,7 @@ async fn v1_pollers_are_forgotten_after_three_missed_polls() {
         .into_iter()
         .map(|s| s.id)
         .collect();
-    assert_eq!(ids, ["p-native"]);
+    assert_eq!(ids, ["p-native@public/DEFAULT_GROUP/orders"]);
 }
 
 // --- odd values (issue #9) -----------------------------------------------------------------

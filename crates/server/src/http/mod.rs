@@ -593,6 +593,18 @@ async fn online(
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     allow_instance(&s.registry, &caller, &key, &instance)?;
     let timeout = drain_timeout(&s.registry, body.timeout_ms);
+    if body.wait {
+        // An instance that cannot enter the view once enabled (unhealthy, weight 0) is refused
+        // before anything changes: a refused request leaves the registry as it was.
+        let current = s.registry.instance(&key, &instance)?;
+        if !current.healthy || current.weight <= 0.0 {
+            return Err(crate::engine::RegistryError::NotInView {
+                service: key,
+                instance,
+            }
+            .into());
+        }
+    }
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {
         return Ok(change(revision, changed).into_response());

@@ -1919,3 +1919,41 @@ async fn services_count_their_instances_by_state() {
         json!({"serving": 1, "unhealthy": 0, "offline": 1, "zero_weight": 1})
     );
 }
+
+#[tokio::test]
+async fn a_refused_online_wait_changes_nothing() {
+    // Found by the fuzz long run (rest input 308975): an offline instance of weight 0 cannot
+    // enter the view, so `online` with `wait` is a 409, and it stays offline.
+    let app = app();
+    app.lease("pay", "10.0.0.1").await;
+    app.lease("pay", "10.0.0.2").await;
+    let uri = "/v1/services/pay/instances/10.0.0.1:8080";
+    app.ok(
+        Method::PATCH,
+        uri,
+        Some(json!({"weight": 0.0, "enabled": false})),
+    )
+    .await;
+    let before = app.ok(Method::GET, "/v1/services/pay", None).await;
+    let reply = app
+        .call(
+            Method::POST,
+            &format!("{uri}/online"),
+            Some(r#"{"wait": true, "timeout_ms": 20}"#),
+        )
+        .await;
+    assert_error(&reply, StatusCode::CONFLICT, "conflict");
+    let after = app.ok(Method::GET, "/v1/services/pay", None).await;
+    assert_eq!(revision(&after), revision(&before), "{after}");
+    let listed = app
+        .ok(Method::GET, "/v1/services/pay/instances?all=true", None)
+        .await;
+    let enabled: Vec<bool> = listed["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["ip"] == "10.0.0.1")
+        .map(|i| i["enabled"].as_bool().unwrap())
+        .collect();
+    assert_eq!(enabled, [false]);
+}

@@ -186,6 +186,20 @@ impl Scope {
         Ok(key)
     }
 
+    /// [`Scope::service`] for a route about the whole service (its settings, its list, a
+    /// registration, its subscribers, its watch), where `cluster` would address nothing: it is
+    /// refused instead of being ignored (a registration names its cluster in the body).
+    fn service_only(&self, name: &str) -> Result<ServiceKey, ApiError> {
+        if self.cluster.is_some() {
+            return Err(ApiError::invalid(
+                "cluster",
+                "is a parameter of instance paths (/instances/{ip}:{port}); a registration \
+                 names its cluster in the body",
+            ));
+        }
+        self.service(name)
+    }
+
     fn instance(&self, addr: &str) -> Result<InstanceKey, ApiError> {
         present("cluster", &self.cluster)?;
         let (ip, port) = validate::addr(addr)?;
@@ -291,6 +305,12 @@ async fn list_services(
     caller: Caller,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::ServiceList>, ApiError> {
+    if q.cluster.is_some() {
+        return Err(ApiError::invalid(
+            "cluster",
+            "is a parameter of instance paths, not of the service list",
+        ));
+    }
     allow_listing(
         &caller,
         &q.namespace,
@@ -313,7 +333,7 @@ async fn get_service(
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::Service>, ApiError> {
-    let key = q.service(&name)?;
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Read, &key.namespace, None)?;
     Ok(Json(s.registry.service(&key)?.into()))
 }
@@ -325,7 +345,7 @@ async fn put_service(
     ApiQuery(q): ApiQuery<Scope>,
     ApiJson(body): ApiJson<rest::SettingsRequest>,
 ) -> Result<Json<rest::Service>, ApiError> {
-    let key = q.service(&name)?;
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Service, &key.namespace, None)?;
     let mut settings = s.registry.settings(&key).unwrap_or_default();
     if let Some(t) = body.protect_threshold {
@@ -369,7 +389,7 @@ async fn list_instances(
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::View>, ApiError> {
-    let key = q.service(&name)?;
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Read, &key.namespace, None)?;
     let (revision, entries) = s.registry.entries(&key);
     if q.all && q.subscriber.is_some() {
@@ -411,7 +431,7 @@ async fn register(
     ApiQuery(q): ApiQuery<Scope>,
     ApiJson(body): ApiJson<rest::RegisterRequest>,
 ) -> Result<Json<rest::InstanceChange>, ApiError> {
-    let key = q.service(&name)?;
+    let key = q.service_only(&name)?;
     validate::ip(&body.ip)?;
     let port = validate::port(body.port)?;
     present("cluster", &body.cluster)?;
@@ -643,7 +663,7 @@ async fn subscribers(
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Json<rest::Subscribers>, ApiError> {
-    let key = q.service(&name)?;
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Read, &key.namespace, None)?;
     Ok(Json(rest::Subscribers {
         revision: s.registry.view(&key).revision,
@@ -694,7 +714,7 @@ async fn watch(
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let key = q.service(&name)?;
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Read, &key.namespace, None)?;
     let info = SubscriberInfo {
         client_name: poller_name(&caller, q.subscriber.as_deref().unwrap_or_default()),

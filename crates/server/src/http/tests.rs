@@ -1957,3 +1957,43 @@ async fn a_refused_online_wait_changes_nothing() {
         .collect();
     assert_eq!(enabled, [false]);
 }
+
+#[tokio::test]
+async fn a_cluster_parameter_where_it_addresses_nothing_is_refused_and_changes_nothing() {
+    // A tester's `POST .../instances?cluster=east` registered into DEFAULT, and `?cluster=a b`
+    // was not even checked: the parameter belongs to instance paths only.
+    let app = app();
+    app.lease("cq", "10.0.0.1").await;
+    let before = app.ok(Method::GET, "/v1/services/cq", None).await;
+    for (method, uri, body) in [
+        (
+            Method::POST,
+            "/v1/services/cq/instances?cluster=east",
+            Some(r#"{"ip": "10.0.0.8", "port": 80}"#),
+        ),
+        (
+            Method::POST,
+            "/v1/services/cq/instances?cluster=a%20b",
+            Some(r#"{"ip": "10.0.0.9", "port": 80}"#),
+        ),
+        (Method::GET, "/v1/services/cq/instances?cluster=zzz", None),
+        (Method::PUT, "/v1/services/cq?cluster=x", Some("{}")),
+        (Method::GET, "/v1/services?cluster=a", None),
+        (Method::GET, "/v1/services/cq/subscribers?cluster=a", None),
+    ] {
+        let reply = app.call(method.clone(), uri, body).await;
+        let error = assert_error(&reply, StatusCode::BAD_REQUEST, "invalid_argument");
+        assert_eq!(error["field"], "cluster", "{method} {uri}: {error}");
+    }
+    let after = app.ok(Method::GET, "/v1/services/cq", None).await;
+    assert_eq!(revision(&after), revision(&before), "{after}");
+    // On an instance path it addresses the cluster.
+    let reply = app
+        .call(
+            Method::PATCH,
+            "/v1/services/cq/instances/10.0.0.1:8080?cluster=east",
+            Some(r#"{"weight": 2}"#),
+        )
+        .await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "not_found");
+}

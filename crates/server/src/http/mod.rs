@@ -347,14 +347,18 @@ async fn put_service(
 ) -> Result<Json<rest::Service>, ApiError> {
     let key = q.service_only(&name)?;
     caller.allow(Rule::Service, &key.namespace, None)?;
-    let mut settings = s.registry.settings(&key).unwrap_or_default();
+    let stored = s.registry.settings(&key);
+    let mut settings = stored.clone().unwrap_or_default();
     if let Some(t) = body.protect_threshold {
         settings.protect_threshold = t;
     }
     if let Some(m) = body.metadata {
         settings.metadata = m;
     }
-    s.registry.put_settings(&key, settings).await?;
+    // Settings as they are change nothing: no write, no new revision.
+    if stored.as_ref().ok() != Some(&settings) {
+        s.registry.put_settings(&key, settings).await?;
+    }
     Ok(Json(s.registry.service(&key)?.into()))
 }
 

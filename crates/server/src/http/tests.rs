@@ -1997,3 +1997,27 @@ async fn a_cluster_parameter_where_it_addresses_nothing_is_refused_and_changes_n
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "not_found");
 }
+
+#[tokio::test]
+async fn settings_put_as_they_are_keep_the_revision() {
+    let app = app();
+    app.lease("same", "10.0.0.1").await;
+    let put = |body: &'static str| {
+        app.ok(
+            Method::PUT,
+            "/v1/services/same",
+            Some(json!(serde_json::from_str::<Value>(body).unwrap())),
+        )
+    };
+    let first = put(r#"{"protect_threshold": 0.5}"#).await;
+    for body in [
+        "{}",
+        r#"{"protect_threshold": null}"#,
+        r#"{"protect_threshold": 0.5}"#,
+    ] {
+        let again = put(body).await;
+        assert_eq!(revision(&again), revision(&first), "{body}: {again}");
+    }
+    let changed = put(r#"{"protect_threshold": 0.25}"#).await;
+    assert!(revision(&changed) > revision(&first), "{changed}");
+}

@@ -1228,3 +1228,64 @@ async fn a_refused_batch_keeps_the_instances_the_connection_had() {
         "the refused batch took nothing away"
     );
 }
+
+#[tokio::test]
+async fn a_beat_body_is_taken_whole_or_refused_naming_the_field() {
+    // A tester's beat bodies for unknown instances: `enabled: false` registered it enabled, a
+    // string `metadata` registered it with none. Now enabled follows the body, and a field of
+    // the wrong type is a 400 naming it, registering nothing.
+    let app = app();
+    let uri = "/nacos/v1/ns/instance/beat?serviceName=orders";
+    let beat = |json: &str| format!("beat={}", urlencode(json));
+    let (_, body) = app
+        .form(
+            Method::PUT,
+            uri,
+            &beat(r#"{"ip":"10.0.0.1","port":8080,"enabled":false}"#),
+        )
+        .await;
+    assert!(body.contains("\"code\":10200"), "{body}");
+    let key = InstanceKey::new("10.0.0.1", 8080, "");
+    let instance = app
+        .registry
+        .instance(&ServiceKey::named("orders"), &key)
+        .unwrap();
+    assert!(!instance.enabled, "enabled: false is kept");
+    for (json, field) in [
+        (
+            r#"{"ip":"10.0.0.2","port":8080,"metadata":"k=v"}"#,
+            "beat.metadata",
+        ),
+        (
+            r#"{"ip":"10.0.0.2","port":8080,"weight":"2"}"#,
+            "beat.weight",
+        ),
+        (
+            r#"{"ip":"10.0.0.2","port":8080,"enabled":"no"}"#,
+            "beat.enabled",
+        ),
+        (
+            r#"{"ip":"10.0.0.2","port":8080,"ephemeral":1}"#,
+            "beat.ephemeral",
+        ),
+    ] {
+        let (status, body) = app.form(Method::PUT, uri, &beat(json)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{json}: {body}");
+        assert!(body.contains(field), "{json}: {body}");
+        let unknown = InstanceKey::new("10.0.0.2", 8080, "");
+        assert!(
+            app.registry
+                .instance(&ServiceKey::named("orders"), &unknown)
+                .is_err()
+        );
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

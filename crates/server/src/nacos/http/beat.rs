@@ -89,25 +89,41 @@ pub(super) async fn v1_beat(
                 return Ok(reply(BEAT_NOT_FOUND, default_ttl));
             };
             // A full beat re-registers the instance (Nacos `handleBeat`).
+            // Every field it carries is taken or refused naming it, never dropped.
+            let wrong = |field: &str, kind: &str| {
+                NacosError::invalid(validate::ValidationError::new(
+                    format!("beat.{field}"),
+                    format!("must be {kind}"),
+                ))
+            };
             let mut instance = Instance::new(key.clone());
-            if let Some(w) = beat.get("weight").and_then(Value::as_f64) {
-                instance.weight = w;
+            match beat.get("weight") {
+                None | Some(Value::Null) => {}
+                Some(w) => {
+                    instance.weight = w.as_f64().ok_or_else(|| wrong("weight", "a number"))?
+                }
             }
-            if let Some(Value::Object(m)) = beat.get("metadata") {
-                instance.metadata = m
-                    .iter()
-                    .map(|(k, v)| (k.clone(), json_string(v.clone())))
-                    .collect();
+            match beat.get("metadata") {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(m)) => {
+                    instance.metadata = m
+                        .iter()
+                        .map(|(k, v)| (k.clone(), json_string(v.clone())))
+                        .collect();
+                }
+                Some(_) => return Err(wrong("metadata", "an object of strings")),
             }
-            let ephemeral = beat
-                .get("ephemeral")
-                .and_then(Value::as_bool)
-                .unwrap_or(true);
+            let flag = |field: &str, default: bool| match beat.get(field) {
+                None | Some(Value::Null) => Ok(default),
+                Some(v) => v.as_bool().ok_or_else(|| wrong(field, "true or false")),
+            };
+            let ephemeral = flag("ephemeral", true)?;
+            let enabled = flag("enabled", true)?;
             let r = Registration {
                 service,
                 instance,
                 ephemeral,
-                enabled: true,
+                enabled,
             };
             register_parsed(&nacos, &caller, r).await?;
             tracing::info!(instance = %key, "nacos v1 beat re-registered an unknown instance");

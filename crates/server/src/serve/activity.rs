@@ -169,6 +169,20 @@ impl Activity {
         }
     }
 
+    /// Whether a stop may close the connection at once: no request of it is being handled.
+    /// An HTTP/1 connection with none in flight (idle, or its next head still arriving) and a
+    /// gRPC connection that has not sent its preface hold nothing a client waits for; a stop
+    /// would otherwise wait its whole timeout for a half-sent head (a port scanner).
+    /// HTTP/2 connections get their GOAWAY through the graceful shutdown.
+    pub(crate) fn closable_at_stop(&self) -> bool {
+        let p = self.lock();
+        match self.policy {
+            Policy::Http { .. } => !p.h2 && p.in_flight == 0,
+            Policy::Grpc { .. } => p.read_total < PREFACE_LEN,
+            Policy::Refusal { .. } => false,
+        }
+    }
+
     /// A request head was refused for its size ([`head`]).
     pub(crate) fn head_refused(&self) -> bool {
         self.lock().head_refused

@@ -55,6 +55,9 @@ pub(super) async fn run(
     tokio::pin!(served);
     let mut closing = false;
     if matches!(*phase.borrow_and_update(), Phase::Draining(_)) {
+        if activity.closable_at_stop() {
+            return;
+        }
         closing = true;
         serving.as_mut().graceful_shutdown();
     }
@@ -79,6 +82,10 @@ pub(super) async fn run(
             }
             changed = phase.changed(), if !closing => {
                 if changed.is_err() || matches!(*phase.borrow(), Phase::Draining(_)) {
+                    if activity.closable_at_stop() {
+                        tracing::debug!(peer = %conn.peer, port = port.label.port, "connection closed at the stop: nothing in flight");
+                        break;
+                    }
                     closing = true;
                     serving.as_mut().graceful_shutdown();
                 }

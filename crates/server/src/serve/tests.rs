@@ -997,3 +997,27 @@ async fn connections_beyond_the_per_address_maximum_are_refused_naming_the_limit
     let ok = health_within(s.http_addr, SLACK).await;
     assert!(ok.is_some(), "a freed slot is served again");
 }
+
+#[tokio::test]
+async fn a_stop_closes_half_sent_heads_and_silent_grpc_connections_at_once() {
+    // A tester's port scanner: one HTTP connection with half a head, one gRPC connection that
+    // never sends its preface. Both hold nothing a client waits for; the stop used to wait its
+    // whole timeout for them (5 s) and report them dropped.
+    let config = Config {
+        shutdown_timeout: Duration::from_secs(20),
+        ..Config::for_tests()
+    };
+    let s = crate::start_in_memory(config).await.unwrap();
+    let mut half = TcpStream::connect(s.http_addr).await.unwrap();
+    half.write_all(b"GET /v1/health HTTP/1.1\r\nho")
+        .await
+        .unwrap();
+    let silent = TcpStream::connect(s.grpc_addr).await.unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(10), s.shutdown())
+        .await
+        .expect("the stop does not wait the 20 s timeout");
+    println!("stop with a half-sent head and a silent gRPC connection: {report:?}");
+    assert_eq!(report.http.dropped + report.grpc.dropped, 0, "{report:?}");
+    assert!(report.elapsed < Duration::from_secs(10), "{report:?}");
+    drop((half, silent));
+}

@@ -201,12 +201,23 @@ async fn health(State(s): State<AppState>) -> Response {
         "warming_up": s.registry.warming_up(),
         "loading": loading,
         "auth": if s.registry.config().security.authority.is_on() { "on" } else { "off" },
+        "tls": tls_mode(&s.registry.config().security),
     }));
     if loading {
         (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
     } else {
         body.into_response()
     }
+}
+
+/// `"off"`, `"on"` or `"mutual"` (client certificates required).
+fn tls_mode(security: &crate::config::Security) -> &'static str {
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &security.tls {
+        return tls.mode();
+    }
+    let _ = security;
+    "off"
 }
 
 async fn openapi() -> Response {

@@ -12,6 +12,8 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
+use gangway_client::ClientTls;
+
 use crate::args::{Addr, InstanceArgs, ServiceArgs};
 use crate::sse::EventParser;
 
@@ -91,6 +93,15 @@ pub enum ApiError {
         /// What gave it away, e.g. `HTTP 404 Not Found`.
         detail: String,
         /// What the user may have got wrong (the gRPC port), if we can tell.
+        hint: Option<&'static str>,
+    },
+    /// The TLS handshake with the registry failed (an `https://` address).
+    Tls {
+        /// `host:port` as configured.
+        server: String,
+        /// The TLS library's reason, e.g. `invalid peer certificate: UnknownIssuer`.
+        reason: String,
+        /// What to change (`--ca`, `--client-cert`, the scheme), when we can tell.
         hint: Option<&'static str>,
     },
     /// The answer did not have the expected shape.
@@ -367,10 +378,12 @@ struct ErrorDetail {
 }
 
 impl Registry {
-    /// A client of the registry at `server` (`host:port`, or a full `http://` URL), sending
-    /// `Authorization: Bearer <token>` on every request when a token is given (a registry with
-    /// `--auth`). Errors: an unusable address, or a token that is not printable ASCII.
-    pub fn with_token(server: &str, token: Option<&str>) -> Result<Self, ApiError> {
+    /// A client of the registry at `server` (`host:port`, or a full `http://` or `https://`
+    /// URL), sending `Authorization: Bearer <token>` on every request when a token is given (a
+    /// registry with `--auth`), trusting `tls.ca_pem` instead of the system's roots and
+    /// presenting `tls.identity` when given. Errors: an unusable address, a token that is not
+    /// printable ASCII, or TLS files that hold no certificate or key (naming the flag).
+    pub fn new(server: &str, token: Option<&str>, tls: &ClientTls) -> Result<Self, ApiError> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(token) = token {
             let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
@@ -382,10 +395,11 @@ impl Registry {
             value.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, value);
         }
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .default_headers(headers)
             .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("gangway-cli/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("gangway-cli/", env!("CARGO_PKG_VERSION")));
+        let http = with_tls(builder, tls, server)?
             .build()
             .map_err(|e| ApiError::Transport {
                 server: server.to_owned(),
@@ -628,6 +642,14 @@ impl Registry {
 
     fn transport_error(&self, e: &reqwest::Error, timeout: Option<Duration>) -> ApiError {
         let server = self.server.clone();
+        #[cfg(feature = "tls")]
+        if let Some(tls) = tls_error(e) {
+            return ApiError::Tls {
+                server,
+                reason: tls.to_string(),
+                hint: tls_hint(tls),
+            };
+        }
         let reason = innermost(e);
         if speaks_http2_only(&reason) {
             return ApiError::NotRegistry {
@@ -650,8 +672,104 @@ impl Registry {
     }
 }
 
+/// `builder` with the CA and client identity of `tls`. Errors: PEM text without a certificate
+/// or key ([`ApiError::Tls`] naming the flag), or TLS asked of a build without it.
+#[cfg(feature = "tls")]
+fn with_tls(
+    mut builder: reqwest::ClientBuilder,
+    tls: &ClientTls,
+    server: &str,
+) -> Result<reqwest::ClientBuilder, ApiError> {
+    let bad = |reason: String| ApiError::Tls {
+        server: server.to_owned(),
+        reason,
+        hint: None,
+    };
+    if let Some(pem) = &tls.ca_pem {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| bad(format!("--ca: {}", innermost(&e))))?;
+        if certs.is_empty() {
+            return Err(bad("--ca: no PEM certificate in the file".to_owned()));
+        }
+        builder = builder.tls_built_in_root_certs(false);
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    if let Some(id) = &tls.identity {
+        let pem = [id.cert_pem.as_slice(), b"\n", id.key_pem.as_slice()].concat();
+        let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+            bad(format!(
+                "--client-cert/--client-key: not a PEM certificate and key ({})",
+                innermost(&e)
+            ))
+        })?;
+        builder = builder.identity(identity);
+    }
+    Ok(builder)
+}
+
+/// Without TLS support, an `https://` address or a TLS file is refused.
+#[cfg(not(feature = "tls"))]
+fn with_tls(
+    builder: reqwest::ClientBuilder,
+    tls: &ClientTls,
+    server: &str,
+) -> Result<reqwest::ClientBuilder, ApiError> {
+    if server.starts_with("https://") || tls.ca_pem.is_some() || tls.identity.is_some() {
+        return Err(ApiError::Tls {
+            server: server.to_owned(),
+            reason: crate::tls::NO_TLS.to_owned(),
+            hint: None,
+        });
+    }
+    Ok(builder)
+}
+
+/// The TLS error among `e`'s sources, if any. An I/O error may carry it, inside another I/O
+/// error: `io::Error::source` skips the error it wraps, so that one is looked at directly.
+#[cfg(feature = "tls")]
+fn tls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(e);
+    while let Some(cur) = next {
+        if let Some(tls) = cur.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match cur
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => cur.source(),
+        };
+    }
+    None
+}
+
+/// What to change after a TLS failure, when it says.
+#[cfg(feature = "tls")]
+fn tls_hint(e: &rustls::Error) -> Option<&'static str> {
+    use rustls::AlertDescription as Alert;
+    match e {
+        rustls::Error::InvalidCertificate(_) => Some(
+            "the registry's certificate is not trusted: pass --ca FILE (or GANGWAY_CA) with the \
+             CA that signed it",
+        ),
+        rustls::Error::AlertReceived(
+            Alert::CertificateRequired | Alert::BadCertificate | Alert::UnknownCA,
+        ) => Some(
+            "the registry requires a client certificate it trusts: pass --client-cert FILE \
+             --client-key FILE",
+        ),
+        rustls::Error::InvalidMessage(_) => {
+            Some("the registry does not seem to speak TLS on this port: try http://")
+        }
+        _ => None,
+    }
+}
+
 /// Added to errors that suggest `--server` names the registry's gRPC (HTTP/2-only) port.
-pub const GRPC_PORT_HINT: &str = "is this the gRPC port? the REST port is usually 8848";
+pub const GRPC_PORT_HINT: &str = "is this the gRPC port? the REST port is usually 8848 (a registry that serves TLS needs https://)";
 
 /// Whether a transport failure reads like an HTTP/2-only server (gRPC) answering HTTP/1.1:
 /// hyper either parses the server's SETTINGS frame as a response ("invalid HTTP version
@@ -745,6 +863,17 @@ impl fmt::Display for ApiError {
                     f,
                     "lost the connection to the registry at {server}: {reason}"
                 )
+            }
+            ApiError::Tls {
+                server,
+                reason,
+                hint,
+            } => {
+                write!(f, "TLS with the registry at {server} failed: {reason}")?;
+                if let Some(hint) = hint {
+                    write!(f, "; {hint}")?;
+                }
+                Ok(())
             }
             ApiError::NotRegistry {
                 server,
@@ -964,7 +1093,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "127.0.0.1:9848 does not look like a gangway registry (invalid HTTP version \
-             parsed); is this the gRPC port? the REST port is usually 8848"
+             parsed); is this the gRPC port? the REST port is usually 8848 (a registry that \
+             serves TLS needs https://)"
         );
     }
 

@@ -215,22 +215,26 @@ fn problem(kind: TlsFileKind, path: &Path, reason: impl Into<String>) -> TlsErro
     }
 }
 
-/// The file's bytes, at most [`MAX_PEM_FILE`].
-fn read(kind: TlsFileKind, path: &Path) -> Result<Vec<u8>, TlsError> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| problem(kind, path, format!("cannot open it: {e}")))?;
+/// The bytes of the PEM file at `path`, at most [`MAX_PEM_FILE`] (the CLI reads its client
+/// files with it too).
+///
+/// Errors: why the file cannot be used, in words (`cannot open it: ...`, `larger than ...`).
+pub fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
     let mut bytes = Vec::new();
     file.take(MAX_PEM_FILE + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| problem(kind, path, format!("cannot read it: {e}")))?;
+        .map_err(|e| format!("cannot read it: {e}"))?;
     if bytes.len() as u64 > MAX_PEM_FILE {
-        return Err(problem(
-            kind,
-            path,
-            format!("larger than {MAX_PEM_FILE} bytes, not a PEM file of certificates or a key"),
+        return Err(format!(
+            "larger than {MAX_PEM_FILE} bytes, not a PEM file of certificates or a key"
         ));
     }
     Ok(bytes)
+}
+
+fn read(kind: TlsFileKind, path: &Path) -> Result<Vec<u8>, TlsError> {
+    read_pem(path).map_err(|reason| problem(kind, path, reason))
 }
 
 /// What a PEM parse error means, in words (the parser's own text shows raw bytes).

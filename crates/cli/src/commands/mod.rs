@@ -29,11 +29,17 @@ pub struct Context {
 pub type Outcome = Result<ExitCode, CliError>;
 
 impl Context {
-    /// A context for the registry at `server` (`host:port`) whose requests carry `token`
-    /// (`--token`, `GANGWAY_TOKEN`).
-    pub fn with_token(server: &str, token: Option<&str>, json: bool) -> Result<Self, ApiError> {
+    /// A context for the registry at `server` (`host:port`, `https://host:port`) whose
+    /// requests carry `token` (`--token`, `GANGWAY_TOKEN`), with the TLS settings `tls`
+    /// (`--ca`, `--client-cert`, `--client-key`).
+    pub fn new(
+        server: &str,
+        token: Option<&str>,
+        tls: &gangway_client::ClientTls,
+        json: bool,
+    ) -> Result<Self, ApiError> {
         Ok(Self {
-            registry: Registry::with_token(server, token)?,
+            registry: Registry::new(server, token, tls)?,
             server: server.to_owned(),
             json,
         })

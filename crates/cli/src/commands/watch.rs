@@ -84,13 +84,14 @@ pub async fn watch(ctx: &Context, args: WatchArgs) -> Outcome {
 }
 
 /// Whether a broken or refused watch is worth another attempt: no answer, a broken stream or a
-/// 5xx (a registry restarting) are; a 4xx or an answer from something else are not.
+/// 5xx (a registry restarting) are; a 4xx, an answer from something else or a failed TLS
+/// handshake (an untrusted certificate does not become trusted by waiting) are not.
 fn retryable(e: &ApiError) -> bool {
     match e {
         ApiError::Unreachable { .. } | ApiError::Timeout { .. } | ApiError::Transport { .. } => {
             true
         }
         ApiError::Status { status, .. } => *status >= 500,
-        ApiError::NotRegistry { .. } | ApiError::Decode { .. } => false,
+        ApiError::NotRegistry { .. } | ApiError::Decode { .. } | ApiError::Tls { .. } => false,
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use gangway_client::http::HttpClient;
-use gangway_client::{Client, ClientConfig, Subscription};
+use gangway_client::{Client, ClientConfig, ClientTls, Subscription};
 use gangway_core::model::ServiceKey;
 
 use super::pipeline::PipelineArgs;
@@ -94,11 +94,12 @@ pub async fn subscribe_ready(
 }
 
 /// Runs the demo client and prints failures, view changes and the summary.
-pub async fn run(args: ClientArgs) -> anyhow::Result<LoadReport> {
-    let client =
-        Client::connect(ClientConfig::new(args.registry.clone()).with_client_name("demo-client"))
-            .await
-            .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
+pub async fn run(args: ClientArgs, tls: ClientTls) -> anyhow::Result<LoadReport> {
+    let mut config = ClientConfig::new(args.registry.clone()).with_client_name("demo-client");
+    config.tls = tls;
+    let client = Client::connect(config)
+        .await
+        .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
     let subscription = subscribe_ready(&client, &args.service, args.min_instances).await?;
     let http = HttpClient::new(client.clone(), args.pipeline.http_config(args.timeout))
         .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -29,7 +29,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::{Args, ValueEnum};
 use gangway_client::tower::{DrainSignal, DrainingLayer};
-use gangway_client::{Client, ClientConfig};
+use gangway_client::{Client, ClientConfig, ClientTls};
 use gangway_core::model::{InstanceKey, ServiceKey};
 use tokio::time::Instant;
 
@@ -185,7 +185,7 @@ async fn control_heal(State(d): State<Demo>) -> &'static str {
 }
 
 /// Runs the demo service until SIGTERM/SIGINT.
-pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
+pub async fn run(args: ServiceArgs, tls: ClientTls) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("bind {}", args.listen))?;
@@ -222,11 +222,12 @@ pub async fn run(args: ServiceArgs) -> anyhow::Result<()> {
         println!("ready name={name} addr={addr}");
         return serve_until_signal(listener, app, &draining).await;
     }
-    let client = Client::connect(
-        ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}")),
-    )
-    .await
-    .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
+    let mut config =
+        ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}"));
+    config.tls = tls;
+    let client = Client::connect(config)
+        .await
+        .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
     let service = ServiceKey::named(&args.service);
     let instance = InstanceKey::new(&addr.ip().to_string(), addr.port(), "");
     let registration = client

@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use gangway_client::balance::warm_up::warm_up_metadata;
-use gangway_client::{Client, ClientConfig, ReadyReport, Registration, Subscription};
+use gangway_client::{Client, ClientConfig, ClientTls, ReadyReport, Registration, Subscription};
 use gangway_core::model::{DEFAULT_GROUP, DEFAULT_NAMESPACE, InstanceKey, ServiceKey};
 use serde_json::Value;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -189,6 +189,8 @@ struct Plan {
     service: ServiceKey,
     check: ReadyCheck,
     registry: String,
+    /// TLS toward an `https://` registry (the global `--ca`, `--client-cert`, `--client-key`).
+    tls: ClientTls,
 }
 
 /// A bad argument: the flag at fault and the line that says what is wrong.
@@ -259,6 +261,7 @@ impl Plan {
                 check,
                 registry,
                 args,
+                tls: ClientTls::default(),
             }),
             _ => Err(problems),
         }
@@ -279,9 +282,9 @@ impl Plan {
 /// [`CliError::Usage`] naming every bad argument at once; what prevents the wrapper from
 /// starting at all (no signal handler, the readiness port taken, the program not found).
 /// Everything later is a logged step and an exit status.
-pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(args: RunArgs, json: bool, tls: ClientTls) -> anyhow::Result<ExitCode> {
     // Bad arguments go out as every other command's: one line, exit 2.
-    let plan = Plan::new(args).map_err(|problems| CliError::Usage {
+    let mut plan = Plan::new(args).map_err(|problems| CliError::Usage {
         field: problems.first().map(|(field, _)| (*field).to_owned()),
         message: problems
             .iter()
@@ -289,6 +292,7 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join("; "),
     })?;
+    plan.tls = tls;
     let events = Arc::new(Events::new(json));
     // Handlers first: a signal during start-up must reach the drain logic, not kill us.
     let mut term = signal(SignalKind::terminate())?;
@@ -359,10 +363,10 @@ async fn lifecycle(
         }
     }
     // 2. Register on a session.
-    let connect = Client::connect(
-        ClientConfig::new(plan.registry.clone())
-            .with_client_name(format!("gangway run {}", plan.service)),
-    );
+    let mut config = ClientConfig::new(plan.registry.clone())
+        .with_client_name(format!("gangway run {}", plan.service));
+    config.tls = plan.tls.clone();
+    let connect = Client::connect(config);
     let client = tokio::select! {
         name = next_signal(term, int) => {
             events.signalled(name);

@@ -204,7 +204,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map(|()| ExitCode::from(EXIT_OK));
         }
         Command::Proxy(a) => {
-            return gangway_proxy::run(a.options())
+            let mut options = a.options();
+            options.tls = client_tls()?;
+            return gangway_proxy::run(options)
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }

@@ -134,6 +134,9 @@ pub struct RunOptions {
     pub config: Option<PathBuf>,
     /// Flags that win over the file.
     pub overrides: Overrides,
+    /// TLS toward an `https://` registry (the CLI's global `--ca`, `--client-cert`,
+    /// `--client-key`). Default: the system's roots, no client certificate.
+    pub tls: gangway_client::ClientTls,
 }
 
 /// Runs `gangway proxy` until SIGTERM or SIGINT.
@@ -165,11 +168,11 @@ pub async fn run(options: RunOptions) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
-    let client = Client::start(
-        ClientConfig::new(config.registry.clone())
-            .with_client_name(format!("gangway-proxy/{}", std::process::id())),
-    )
-    .with_context(|| format!("registry address {}", config.registry))?;
+    let mut client_config = ClientConfig::new(config.registry.clone())
+        .with_client_name(format!("gangway-proxy/{}", std::process::id()));
+    client_config.tls = options.tls.clone();
+    let client = Client::start(client_config)
+        .with_context(|| format!("registry address {}", config.registry))?;
 
     let mut registry = Registry::default();
     let metrics = ProxyMetrics::register(&mut registry);

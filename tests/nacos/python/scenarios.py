@@ -257,6 +257,22 @@ async def load(addr, service, rate, secs):
     say(json.dumps({"sent": len(results), "failed": len(failures), "failures": failures[:20]}))
 
 
+async def record_pushes(ns, service):
+    """Subscribes `ns` to `service` and keeps every pushed view; returns `pushed(want)`, which
+    says whether a push held exactly the addresses `want` (sorted `ip:port`)."""
+    seen = []
+
+    async def on_change(instances):
+        seen.append(sorted(f"{i.ip}:{i.port}" for i in instances))
+
+    await ns.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+
+    async def pushed(want):
+        return any(s == want for s in seen)
+
+    return pushed
+
+
 async def auth(addr, service):
     """Against `gangway server --auth`: the SDK logs in with username/password
     (/nacos/v1/auth/users/login) and sends the accessToken on every gRPC request. A `write` user
@@ -264,21 +280,12 @@ async def auth(addr, service):
     registers nothing."""
     writer = await client(addr, username="writer", password="writer-pw")
     reader = await client(addr, username="reader", password="reader-pw")
-    seen = []
-
-    async def on_change(instances):
-        seen.append(sorted(f"{i.ip}:{i.port}" for i in instances))
-
-    await reader.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+    pushed = await record_pushes(reader, service)
     if not await writer.register_instance(reg(service, "10.3.0.1", 8001)):
         fail("the write user's register_instance returned False")
     if not await writer.register_instance(reg(service + "-b", "10.3.0.2", 8002)):
         fail("the write user's second register_instance returned False")
     say("ok logged in as writer (username/password), registered")
-
-    async def pushed(want):
-        return any(s == want for s in seen)
-
     took = await until(lambda: pushed(["10.3.0.1:8001"]), "the push of the registration")
     say(f"ok logged in as reader, subscribed, pushed the registration ({took * 1000:.0f} ms)")
     await writer.deregister_instance(
@@ -322,23 +329,15 @@ async def auth(addr, service):
 async def tls(addr, service, ca, cert, key):
     """Against `gangway server --tls-cert --tls-key --tls-client-ca --auth` at an https://
     address: the SDK's TLSConfig (CA, client certificate and key; its gRPC channel reads all
-    three files) carries the login over HTTPS and the gRPC session. A provider registers, a consumer subscribes and
-    is pushed the registration, then the change to another instance."""
+    three files) carries the login over HTTPS and the gRPC session. A provider registers, a
+    consumer subscribes and is pushed the registration, then the change to another instance."""
     config = TLSConfig(enabled=True, ca_file=ca, cert_file=cert, key_file=key)
     # The login (`/nacos/v1/auth/users/login`) goes over HTTPS, the session over gRPC with TLS.
     provider = await client(addr, username="writer", password="writer-pw", tls=config)
     consumer = await client(addr, username="writer", password="writer-pw", tls=config)
-    seen = []
-
-    async def on_change(instances):
-        seen.append(sorted(f"{i.ip}:{i.port}" for i in instances))
-
-    await consumer.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+    pushed = await record_pushes(consumer, service)
     if not await provider.register_instance(reg(service, "10.4.0.1", 8001)):
         fail("register_instance over TLS returned False")
-    async def pushed(want):
-        return any(s == want for s in seen)
-
     took = await until(lambda: pushed(["10.4.0.1:8001"]), "the push of the registration")
     say(f"ok registered over TLS, the subscriber was pushed it ({took * 1000:.0f} ms)")
     got, _ = await addrs(consumer, service)

@@ -23,6 +23,31 @@ cargo build --workspace --all-targets
 out="${CARGO_TARGET_DIR:-target}"
 gangway="$out/debug/gangway"
 
+# ---------------------------------------------------------------------------------------------
+# The web console's browser test (issue 13; docs/console.md): crates/cli/tests/console.rs drives
+# Debian's headless `chromium` through `chromium-driver` and PyPI selenium 4.51.0, in a venv under
+# the target directory (about 15 s; the first install of Chromium takes about a minute). When all
+# three are here the test must run (GANGWAY_CONSOLE_E2E=require); it skips, loudly, only when
+# Chromium could not be installed.
+# ---------------------------------------------------------------------------------------------
+echo "== web console: Chromium, its driver, selenium"
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null \
+    || echo "!!! Debian chromium could not be installed: the console's browser test will be skipped"
+fi
+console_venv="$out/console-venv"
+if [ ! -x "$console_venv/bin/python" ]; then
+  python3 -m venv "$console_venv" || {
+    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$console_venv"
+  }
+fi
+if ! "$console_venv/bin/pip" show selenium 2>/dev/null | grep -qx 'Version: 4.51.0'; then
+  "$console_venv/bin/pip" install -q --disable-pip-version-check selenium==4.51.0
+fi
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+  export GANGWAY_CONSOLE_E2E=require
+fi
+
 echo "== tests (unit, property, socket, real processes)"
 # Output of failing tests only (.config/nextest.toml); the process tests' result tables of a
 # green run are in target/nextest/ci/junit.xml.

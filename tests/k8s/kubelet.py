@@ -83,14 +83,25 @@ def container_of(path):
     return pod, pod["containers"][0]
 
 
+# Secrets the manifests name (secretKeyRef), as `kubectl create secret` would hold them: filled
+# by Registry with the tokens it created.
+SECRETS = {}
+
+
 def pod_env(container, overrides):
-    """The container's env as the kubelet builds it: values, and status.podIP for a fieldRef."""
+    """The container's env as the kubelet builds it: values, status.podIP for a fieldRef, and
+    the Secrets of SECRETS for a secretKeyRef."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GANGWAY_")}
     for e in container.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
         elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP":
             env[e["name"]] = "127.0.0.1"
+        elif "secretKeyRef" in e.get("valueFrom", {}):
+            ref = e["valueFrom"]["secretKeyRef"]
+            if (ref["name"], ref["key"]) not in SECRETS:
+                raise Failed(f"env {e['name']}: no Secret {ref['name']} key {ref['key']}")
+            env[e["name"]] = SECRETS[(ref["name"], ref["key"])]
         else:
             raise Failed(f"env {e['name']}: no value this test can resolve")
     env.update(overrides)
@@ -173,17 +184,33 @@ def wait_until(pred, timeout, step=0.05):
     return False
 
 
+def token_create(auth_file, role, namespace="public"):
+    """`gangway auth token create`: the token, printed once."""
+    done = subprocess.run([GANGWAY, "auth", "--file", auth_file, "token", "create", "--role", role,
+                           "--namespace", namespace], capture_output=True, text=True, timeout=30,
+                          check=True)
+    return done.stdout.strip()
+
+
 class Registry:
+    """The registry as deploy/k8s/registry.yaml runs it: with --auth (its Secret gangway-auth),
+    and the apps' token in the Secret gangway-token."""
+
     def __init__(self, scratch):
+        auth_file = os.path.join(scratch, "auth.toml")
+        self.admin = token_create(auth_file, "admin", "*")
+        SECRETS[("gangway-token", "token")] = token_create(auth_file, "write")
         self.proc = Proc([GANGWAY, "server", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
                           "--data-dir", os.path.join(scratch, "data"), "--warmup", "0s",
-                          "--log", "warn"])
+                          "--log", "warn", "--auth", auth_file])
         _, line = self.proc.wait_line(lambda l: l.startswith("gangway server"))
         self.http = re.search(r"http=(\S+)", line).group(1)
         self.grpc = re.search(r"grpc=(\S+)", line).group(1)
 
     def instances(self, service):
-        with urllib.request.urlopen(f"http://{self.http}/v1/services/{service}/instances?all=true") as r:
+        request = urllib.request.Request(f"http://{self.http}/v1/services/{service}/instances?all=true",
+                                         headers={"Authorization": f"Bearer {self.admin}"})
+        with urllib.request.urlopen(request) as r:
             return [f"{i['ip']}:{i['port']}" for i in json.loads(r.read())["instances"]]
 
 
@@ -222,7 +249,8 @@ def kubelet_terminate(pod_spec, container, proc, env):
 def consumer(registry, service):
     c = Proc([GANGWAY, "demo-client", "--registry", registry.grpc, "--service", service,
               "--rate", "60", "--duration", "6s", "--min-instances", "2", "--json",
-              "--no-retry", "--no-ejection"], lines_from="stderr+stdout")
+              "--no-retry", "--no-ejection"], lines_from="stderr+stdout",
+             env={**os.environ, "GANGWAY_TOKEN": registry.admin})
     c.wait_line(lambda l: l.startswith("sending "))
     return c
 

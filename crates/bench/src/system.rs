@@ -194,7 +194,13 @@ impl Server {
                     .arg(self.grpc.to_string())
                     .arg("--data-dir")
                     .arg(&data)
-                    .args(["--warmup", "0s", "--log", "warn"]);
+                    .args(["--warmup", "0s", "--log", "warn"])
+                    // Every load generator connection comes from 127.0.0.1: the per-address
+                    // bound (4,096) is for many clients, not for one machine opening 10,000.
+                    .args(["--max-connections-per-address", "1000000"])
+                    // And the port's own maximum: `auto` is three eighths of the open-file limit
+                    // (7,500 of the bench's 20,000), under the 10,000 subscribers of fan-out.
+                    .args(["--grpc-max-connections", "15000"]);
             }
             System::Rnacos => {
                 // rnacos puts gRPC at HTTP + 1000 unless told; pick both explicitly.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gangway_core::validate;
+use gangway_wire::client::{InstanceRef, ServiceRef};
 
 /// An instance address as typed: `1.2.3.4:80`, `[::1]:80` or `host:80`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +48,29 @@ pub struct InstanceArgs {
     /// Cluster [registry default: DEFAULT].
     #[arg(long, short = 'c', value_parser = parse_name)]
     pub cluster: Option<String>,
+}
+
+impl ServiceArgs {
+    /// The service as the REST client names it (unset namespace and group are not sent).
+    pub fn to_ref(&self) -> ServiceRef {
+        ServiceRef {
+            service: self.service.clone(),
+            namespace: self.namespace.clone(),
+            group: self.group.clone(),
+        }
+    }
+}
+
+impl InstanceArgs {
+    /// The instance as the REST client names it (an unset cluster is not sent).
+    pub fn to_ref(&self) -> InstanceRef {
+        InstanceRef {
+            service: self.service.to_ref(),
+            ip: self.addr.host.clone(),
+            port: self.addr.port,
+            cluster: self.cluster.clone(),
+        }
+    }
 }
 
 impl fmt::Display for Addr {

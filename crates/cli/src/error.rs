@@ -3,9 +3,8 @@
 use std::fmt;
 use std::io;
 
+use gangway_wire::client::RestError;
 use serde_json::{Value, json};
-
-use crate::api::ApiError;
 
 /// Exit status of a command that succeeded.
 pub const EXIT_OK: u8 = 0;
@@ -29,7 +28,7 @@ pub enum CliError {
         message: String,
     },
     /// The registry call failed.
-    Api(ApiError),
+    Api(RestError),
     /// Writing the output failed.
     Output(io::Error),
 }
@@ -46,7 +45,7 @@ impl CliError {
     /// The process exit status for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Usage { .. } | CliError::Api(ApiError::Status { status: 400, .. }) => {
+            CliError::Usage { .. } | CliError::Api(RestError::Status { status: 400, .. }) => {
                 EXIT_USAGE
             }
             CliError::Api(_) | CliError::Output(_) => EXIT_FAILURE,
@@ -70,24 +69,25 @@ impl CliError {
                 message.clone(),
                 field.clone(),
             ),
-            CliError::Api(ApiError::Status {
+            CliError::Api(RestError::Status {
                 status,
                 code,
                 message,
                 field,
             }) => (
-                code.clone().unwrap_or_else(|| format!("http_{status}")),
+                code.as_ref()
+                    .map_or_else(|| format!("http_{status}"), |c| c.as_str().to_owned()),
                 message.clone(),
                 field.clone(),
             ),
             CliError::Api(e) => {
                 let code = match e {
-                    ApiError::Unreachable { .. } => "unreachable",
-                    ApiError::Timeout { .. } => "timeout",
-                    ApiError::Transport { .. } => "transport",
-                    ApiError::Tls { .. } => "tls",
-                    ApiError::NotRegistry { .. } => "not_registry",
-                    ApiError::Decode { .. } | ApiError::Status { .. } => "decode",
+                    RestError::Unreachable { .. } => "unreachable",
+                    RestError::Timeout { .. } => "timeout",
+                    RestError::Transport { .. } => "transport",
+                    RestError::Tls { .. } => "tls",
+                    RestError::NotRegistry { .. } => "not_registry",
+                    _ => "decode",
                 };
                 (code.to_owned(), e.to_string(), None)
             }
@@ -126,8 +126,8 @@ impl std::error::Error for CliError {
     }
 }
 
-impl From<ApiError> for CliError {
-    fn from(e: ApiError) -> Self {
+impl From<RestError> for CliError {
+    fn from(e: RestError) -> Self {
         CliError::Api(e)
     }
 }

@@ -7,8 +7,8 @@
 //! they are the registry's error shape, `{"error": {"code", "message", "field"}}`, on stdout
 //! instead, with the same exit status.
 //!
-//! Layout: [`Command`] lists the subcommands; each group lives in `commands/`, the typed HTTP
-//! client in `api`, rendering in `output`, argument parsers in `args`.
+//! Layout: [`Command`] lists the subcommands; each group lives in `commands/`, rendering in
+//! `output`, argument parsers in `args`; the typed REST client is `gangway_wire::client`.
 
 use std::process::ExitCode;
 
@@ -16,7 +16,6 @@ use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 use gangway_cli::args;
 
-mod api;
 mod commands;
 mod demo;
 mod error;
@@ -25,7 +24,6 @@ mod output;
 mod route;
 mod run;
 mod server;
-mod sse;
 mod tls;
 
 use commands::{Context, drain, list, register, watch};
@@ -62,7 +60,8 @@ struct Cli {
     /// {"error": {"code", "message", "field"}} on stdout (same exit status).
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
-    /// API token (or login token) for a registry with --auth: sent as Authorization: Bearer.
+    /// API token (or login token) for a registry with --auth: sent as Authorization: Bearer
+    /// (REST commands) or on the gRPC session (run, proxy, demo-service, demo-client).
     #[arg(
         long,
         global = true,
@@ -199,12 +198,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map(|()| ExitCode::from(EXIT_OK));
         }
         Command::DemoService(a) => {
-            return demo::service::run(a, client_tls()?)
+            return demo::service::run(a, cli.token, client_tls()?)
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
         Command::Proxy(a) => {
-            let mut options = a.options();
+            let mut options = a.options(cli.token);
             options.tls = client_tls()?;
             return gangway_proxy::run(options)
                 .await
@@ -218,14 +217,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return gangway_bench::run(a).await.map(|_| ExitCode::from(EXIT_OK));
         }
         Command::DemoClient(a) => {
-            let report = demo::client::run(a, client_tls()?).await?;
+            let report = demo::client::run(a, cli.token, client_tls()?).await?;
             return Ok(ExitCode::from(if report.failed == 0 {
                 EXIT_OK
             } else {
                 EXIT_FAILURE
             }));
         }
-        Command::Run(a) => return run::run(a, cli.json, client_tls()?).await,
+        Command::Run(a) => return run::run(a, cli.json, cli.token, client_tls()?).await,
         Command::Auth(a) => return commands::auth::run(a).map(|()| ExitCode::from(EXIT_OK)),
         Command::Lab(a) => {
             let a = match a.parse() {

@@ -7,8 +7,7 @@ use std::io::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
-
-use crate::api::{DrainReport, Instance, InstanceChange, ServiceList, Subscribers, View};
+use gangway_wire::rest::{DrainReport, Instance, InstanceChange, ServiceList, Subscribers, View};
 
 /// Writes `text` (plus a newline unless it has one) to stdout and flushes it.
 ///
@@ -160,7 +159,7 @@ pub fn services(list: &ServiceList) -> String {
             s.namespace.clone(),
             s.group.clone(),
             s.service.clone(),
-            s.kind.clone().unwrap_or_else(|| "-".to_owned()),
+            s.kind.map_or("-", |k| k.as_str()).to_owned(),
             s.revision.to_string(),
             s.instances.to_string(),
             s.serving.to_string(),

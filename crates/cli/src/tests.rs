@@ -1,5 +1,7 @@
 use clap::CommandFactory;
 use clap::error::ErrorKind;
+use gangway_core::model::ProbeKind;
+use gangway_wire::client::RestError;
 
 use super::*;
 
@@ -44,7 +46,7 @@ fn register_takes_metadata_weight_and_lease_settings() {
     assert_eq!(req.ttl_ms, Some(15_000));
     assert_eq!(req.delete_timeout_ms, Some(60_000));
     assert_eq!(req.cluster.as_deref(), Some("east"));
-    assert!(req.ephemeral);
+    assert_eq!(req.ephemeral, Some(true));
     assert_eq!(req.metadata.get("v").map(String::as_str), Some("1=2"));
     assert_eq!(args.instance.service.namespace.as_deref(), Some("prod"));
 }
@@ -84,11 +86,11 @@ fn probe_path_implies_an_http_probe_and_needs_persistent() {
         panic!("not register")
     };
     let req = args.request().unwrap();
-    assert!(!req.ephemeral);
+    assert_eq!(req.ephemeral, Some(false));
     let probe = req.probe.unwrap();
     assert_eq!(
-        (probe.kind.as_str(), probe.path.as_deref()),
-        ("http", Some("/ready"))
+        (probe.kind, probe.path.as_deref()),
+        (Some(ProbeKind::Http), Some("/ready"))
     );
 
     let err = parse(&["register", "db", "10.0.0.5:80", "--probe", "tcp"]).unwrap_err();
@@ -361,7 +363,7 @@ fn an_invalid_log_filter_is_refused() {
 
 #[test]
 fn a_400_from_the_registry_is_a_bad_argument() {
-    let e = CliError::from(api::status_error(
+    let e = CliError::from(RestError::from_answer(
         "h:1",
         400,
         Some("Bad Request"),
@@ -369,7 +371,7 @@ fn a_400_from_the_registry_is_a_bad_argument() {
     ));
     assert_eq!(e.exit_code(), EXIT_USAGE);
     assert_eq!(e.to_string(), "service: must not be empty (HTTP 400)");
-    let e = CliError::from(api::status_error(
+    let e = CliError::from(RestError::from_answer(
         "h:1",
         409,
         Some("Conflict"),
@@ -411,7 +413,7 @@ fn json_is_requested_unless_lab_or_bench_own_the_flag() {
 
 #[test]
 fn errors_as_json_keep_the_registry_shape() {
-    let e = CliError::from(api::status_error(
+    let e = CliError::from(RestError::from_answer(
         "h:1",
         400,
         Some("Bad Request"),
@@ -421,7 +423,7 @@ fn errors_as_json_keep_the_registry_shape() {
         e.to_json(),
         serde_json::json!({"error": {"code": "invalid_argument", "message": "must not be empty", "field": "service"}})
     );
-    let e = CliError::from(api::status_error("h:1", 502, Some("Bad Gateway"), ""));
+    let e = CliError::from(RestError::from_answer("h:1", 502, Some("Bad Gateway"), ""));
     assert_eq!(
         e.to_json(),
         serde_json::json!({"error": {"code": "http_502", "message": "Bad Gateway", "field": null}})

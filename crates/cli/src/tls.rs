@@ -1,6 +1,7 @@
 //! TLS toward the registry (docs/security.md, "TLS"): the global `--ca`, `--client-cert` and
 //! `--client-key` flags, read once into a [`gangway_client::ClientTls`] that both the REST
-//! client ([`crate::api::Registry`]) and the gRPC client (`gangway run`, the demos) use.
+//! client ([`gangway_wire::client::RestClient`], built in
+//! [`crate::commands::Context::new`]) and the gRPC client (`gangway run`, the demos) use.
 
 use std::path::{Path, PathBuf};
 
@@ -78,6 +79,7 @@ fn read(flag: &str, _: &Path) -> Result<Vec<u8>, CliError> {
     Err(CliError::usage(flag, format!("{flag}: {NO_TLS}")))
 }
 
-/// What a TLS flag or an `https://` address gets from a build without TLS.
+// What a TLS flag gets from a build without TLS (the REST client says the same of an
+// `https://` address).
 #[cfg(not(feature = "tls"))]
-pub const NO_TLS: &str = "this gangway was built without TLS (cargo feature tls)";
+use gangway_wire::client::NO_TLS;

@@ -5,13 +5,10 @@
 mod cluster;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cluster::{GANGWAY, Server};
+use cluster::{Proc, Server, gangway_auth as auth};
 use gangway_client::{Client, ClientConfig};
 use gangway_core::model::{InstanceKey, ServiceKey};
 use nix::sys::signal::Signal;
@@ -20,31 +17,6 @@ use serde_json::{Value, json};
 
 /// How long a SIGHUP may take to show.
 const RELOAD: Duration = Duration::from_secs(10);
-
-/// Runs `gangway auth --file FILE ARGS` (standard input: `stdin`); returns its stdout.
-fn auth(file: &Path, args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new(GANGWAY)
-        .args(["auth", "--file", file.to_str().unwrap()])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gangway auth");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().expect("gangway auth");
-    assert!(
-        out.status.success(),
-        "gangway auth {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 fn token_id(token: &str) -> &str {
     token.split('_').nth(1).expect("gwt_<id>_<secret>")
@@ -269,4 +241,56 @@ async fn no_password_or_token_reaches_the_debug_log() {
         "{} log lines at debug level, none with any of the 7 secrets",
         lines.len()
     );
+}
+
+#[tokio::test]
+async fn session_commands_send_the_token_and_are_refused_without_one() {
+    // `gangway demo-service` (and `run`, `proxy`, `demo-client`) registers over the native
+    // session: with `--token` its instance is listed, without one the process stops with the
+    // registry's refusal instead of retrying.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auth.toml");
+    let write = auth(&file, &["token", "create", "--role", "write"], "");
+    let server = Server::start(
+        dir.path(),
+        "127.0.0.1:0",
+        "127.0.0.1:0",
+        &["--auth", file.to_str().unwrap()],
+    )
+    .await;
+    let service = cluster::DemoService::start_with(&server.grpc, "a", &["--token", &write]).await;
+    let listed = gangway_testkit::poll(RELOAD, || async {
+        let body: Value = reqwest::Client::new()
+            .get(server.url("/v1/services/demo/instances"))
+            .bearer_auth(&write)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let addresses = cluster::addresses(&body);
+        (addresses.len() == 1).then_some(addresses)
+    })
+    .await;
+    assert_eq!(
+        listed.as_deref().map(|a| a[0].as_str()),
+        Some(service.addr.as_str()),
+        "the instance of demo-service --token is listed"
+    );
+
+    let mut refused = Proc::spawn(&[
+        "demo-service",
+        "--registry",
+        &server.grpc,
+        "--service",
+        "demo",
+        "--name",
+        "b",
+    ]);
+    let status = refused.wait(RELOAD).await;
+    let line = refused.stderr_line_containing("refused").await;
+    println!("demo-service without a token: {status}, {line}");
+    assert!(!status.success());
+    assert!(line.contains("unauthenticated"), "{line}");
 }

@@ -38,7 +38,7 @@ async fn closed_at(stream: &mut TcpStream, until: Instant) -> Option<Instant> {
 async fn get(addr: &str, path: &str) -> (u16, Value, Duration) {
     let started = Instant::now();
     let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("send");
     let mut raw = Vec::new();
     let _ = tokio::time::timeout(SLACK, stream.read_to_end(&mut raw)).await;
@@ -75,7 +75,7 @@ async fn slowloris_heads_are_closed_within_the_header_timeout() {
             tokio::spawn(async move {
                 let mut stream = TcpStream::connect(&addr).await.expect("connect");
                 let opened = Instant::now();
-                let head = format!("GET /v1/services HTTP/1.1\r\nhost: x\r\nx-slow-{i}: ");
+                let head = format!("GET /v1/services HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow-{i}: ");
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
                 let mut sent = 0;
                 let deadline = opened + header + SLACK;

@@ -5,8 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gangway_core::drain::DrainReport;
 use gangway_core::model::{InstanceKey, ServiceKey};
 use gangway_proto::v1 as pb;
+use gangway_wire::ErrorCode;
+use gangway_wire::proto;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::session::{Command, RegisterSpec, Request, SessionState, Worker};
@@ -58,40 +61,10 @@ pub struct Registration {
     revision: u64,
 }
 
-/// Outcome of an ack-based drain (DESIGN §4), mirroring the protocol's `DrainResult`.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct DrainReport {
-    /// Revision that took the instance out of the consumer view.
-    pub revision: u64,
-    /// How long the registry waited for acks (millisecond resolution).
-    pub waited: Duration,
-    /// Every live subscriber acked `revision` or later before the timeout.
-    pub complete: bool,
-    /// Subscribers that acked `revision` or later.
-    pub acked: Vec<SubscriberAck>,
-    /// Subscribers that had not acked `revision` when the drain returned.
-    pub laggards: Vec<SubscriberAck>,
-    /// Human-readable notes, e.g. subscribers that cannot be proven drained.
-    pub notes: Vec<String>,
-}
-
-/// Outcome of an ack-based readiness wait ([`Registration::ready`]): the fields of a
-/// [`DrainReport`], where `revision` is the first revision whose consumer view holds the
-/// instance and `complete` says every live subscriber acked it (or a later one) in time.
+/// Outcome of an ack-based readiness wait ([`Registration::ready`]): a [`DrainReport`], where
+/// `revision` is the first revision whose consumer view holds the instance and `complete` says
+/// every live subscriber acked it (or a later one) in time.
 pub type ReadyReport = DrainReport;
-
-/// One subscriber's ack state in a [`DrainReport`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SubscriberAck {
-    /// Subscriber id (session id or poller id).
-    pub id: String,
-    /// The subscriber's address, `ip:port`.
-    pub address: String,
-    /// Latest revision it acked.
-    pub acked_revision: u64,
-}
 
 impl Client {
     /// Validates `config`, starts the session task and waits for the registry's first
@@ -341,7 +314,7 @@ impl Registration {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("not_found") => Ok(()),
+            Err(e) if e.code() == Some(&ErrorCode::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -368,7 +341,7 @@ impl Registration {
             force,
         };
         let reply = self.client.request(request, "drain", timeout).await?;
-        Ok(crate::wire::drain_from_pb(reply.drain.unwrap_or_default()))
+        Ok(proto::drain_from_pb(reply.drain.unwrap_or_default()))
     }
 
     /// Ack-based readiness (DESIGN §4, the mirror of [`drain`](Self::drain)): waits until every
@@ -394,7 +367,7 @@ impl Registration {
             timeout,
         };
         let reply = self.client.request(request, "ready", timeout).await?;
-        Ok(crate::wire::drain_from_pb(reply.drain.unwrap_or_default()))
+        Ok(proto::drain_from_pb(reply.drain.unwrap_or_default()))
     }
 }
 

@@ -157,6 +157,13 @@ impl ClientConfig {
         self
     }
 
+    /// Sets [`tls`](Self::tls) to `tls` (the CLI's `--ca`, `--client-cert`, `--client-key`,
+    /// read into one [`ClientTls`]).
+    pub fn with_tls(mut self, tls: ClientTls) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// The address is `https://`.
     fn is_https(&self) -> bool {
         self.address
@@ -167,6 +174,13 @@ impl ClientConfig {
     /// Sets [`token`](Self::token).
     pub fn with_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(Token::new(token));
+        self
+    }
+
+    /// Sets [`token`](Self::token) to `token`: `None` sends no credentials (the CLI's
+    /// optional `--token`).
+    pub fn with_optional_token(mut self, token: Option<String>) -> Self {
+        self.token = token.map(Token::new);
         self
     }
 

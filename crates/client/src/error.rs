@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use gangway_wire::{ErrorCode, ErrorDetail};
+
 /// Everything a [`Client`](crate::Client) call can fail with.
 ///
 /// Classify with [`Error::is_retryable`] or by matching the variant, never by the message text.
@@ -27,8 +29,8 @@ pub enum Error {
     /// The registry answered the request with an error.
     #[error("rejected by the registry: {code}: {message}{}", field.as_deref().map(|f| format!(" (field {f})")).unwrap_or_default())]
     Rejected {
-        /// Stable code such as `invalid_argument`, `not_found`, `conflict`, `warming_up`.
-        code: String,
+        /// Why, e.g. [`ErrorCode::InvalidArgument`], [`ErrorCode::Conflict`].
+        code: ErrorCode,
         /// Human-readable detail.
         message: String,
         /// The request field the error is about, if the registry named one.
@@ -42,8 +44,8 @@ pub enum Error {
     Unauthorized {
         /// The configured address.
         address: String,
-        /// `unauthenticated` or `forbidden`, as the REST error codes.
-        code: String,
+        /// [`ErrorCode::Unauthenticated`] or [`ErrorCode::Forbidden`], as REST's.
+        code: ErrorCode,
         /// The registry's reason.
         message: String,
     },
@@ -63,26 +65,32 @@ pub enum Error {
 
 impl Error {
     /// Whether repeating the same call later can succeed: true for [`Error::Connect`],
-    /// [`Error::Timeout`] and the transient rejections `warming_up`, `unavailable` and
-    /// `resource_exhausted`; false otherwise.
+    /// [`Error::Timeout`] and the transient rejections ([`ErrorCode::is_retryable`]:
+    /// `warming_up`, `overloaded`); false otherwise.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Connect { .. } | Error::Timeout { .. } => true,
-            Error::Rejected { code, .. } => {
-                matches!(
-                    code.as_str(),
-                    "warming_up" | "unavailable" | "resource_exhausted"
-                )
-            }
+            Error::Rejected { code, .. } => code.is_retryable(),
             Error::InvalidConfig { .. } | Error::Unauthorized { .. } | Error::Closed => false,
         }
     }
 
     /// The registry's error code when this is [`Error::Rejected`] or [`Error::Unauthorized`].
-    pub fn code(&self) -> Option<&str> {
+    pub fn code(&self) -> Option<&ErrorCode> {
         match self {
             Error::Rejected { code, .. } | Error::Unauthorized { code, .. } => Some(code),
             _ => None,
+        }
+    }
+}
+
+impl From<ErrorDetail> for Error {
+    /// The registry's refusal of a request: [`Error::Rejected`].
+    fn from(e: ErrorDetail) -> Self {
+        Error::Rejected {
+            code: e.code,
+            message: e.message,
+            field: e.field,
         }
     }
 }
@@ -93,13 +101,15 @@ mod tests {
 
     #[test]
     fn retryable_classification() {
-        let rejected = |code: &str| Error::Rejected {
-            code: code.into(),
+        let rejected = |code: ErrorCode| Error::Rejected {
+            code,
             message: String::new(),
             field: None,
         };
-        assert!(rejected("warming_up").is_retryable());
-        assert!(!rejected("invalid_argument").is_retryable());
+        assert!(rejected(ErrorCode::WarmingUp).is_retryable());
+        assert!(rejected(ErrorCode::Overloaded).is_retryable());
+        assert!(!rejected(ErrorCode::InvalidArgument).is_retryable());
+        assert!(!rejected(ErrorCode::Other("unavailable".into())).is_retryable());
         assert!(
             Error::Timeout {
                 operation: "register",
@@ -116,16 +126,19 @@ mod tests {
         );
         assert!(!Error::Closed.is_retryable());
         assert!(!Error::InvalidConfig { problems: vec![] }.is_retryable());
-        assert_eq!(rejected("conflict").code(), Some("conflict"));
+        assert_eq!(
+            rejected(ErrorCode::Conflict).code(),
+            Some(&ErrorCode::Conflict)
+        );
     }
 
     #[test]
     fn rejected_display_names_the_field() {
-        let e = Error::Rejected {
-            code: "invalid_argument".into(),
-            message: "bad port".into(),
-            field: Some("instance.port".into()),
-        };
+        let e = Error::from(ErrorDetail::new(
+            ErrorCode::InvalidArgument,
+            "bad port",
+            Some("instance.port"),
+        ));
         assert_eq!(
             e.to_string(),
             "rejected by the registry: invalid_argument: bad port (field instance.port)"

@@ -37,7 +37,7 @@
 //! }
 //!
 //! let report = me.drain(Duration::from_secs(35), false).await?;
-//! println!("drained in {:?}, complete: {}", report.waited, report.complete);
+//! println!("drained in {:?}, complete: {}", report.waited(), report.complete);
 //! # Ok(())
 //! # }
 //! ```
@@ -52,13 +52,14 @@ pub mod retry;
 mod session;
 mod subscription;
 pub mod tower;
-mod wire;
 
-pub use client::{Client, DrainReport, ReadyReport, Registration, SessionInfo, SubscriberAck};
+pub use client::{Client, ReadyReport, Registration, SessionInfo};
 pub use config::{
     ClientConfig, ClientIdentity, ClientTls, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_REFRESH, DEFAULT_REQUEST_TIMEOUT, MAX_DURATION, Token,
 };
 pub use error::Error;
+pub use gangway_core::drain::{DrainReport, SubscriberAck};
+pub use gangway_wire::ErrorCode;
 pub use subscription::Subscription;

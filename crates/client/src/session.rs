@@ -16,12 +16,12 @@ use gangway_proto::v1 as pb;
 use gangway_proto::v1::client_message::Kind as Out;
 use gangway_proto::v1::registry_client::RegistryClient;
 use gangway_proto::v1::server_message::Kind as In;
+use gangway_wire::{ErrorCode, proto};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::subscription::CacheState;
-use crate::wire;
 use crate::{ClientConfig, Error, SessionInfo};
 
 /// What handles ask of the session task.
@@ -250,7 +250,7 @@ impl Worker {
                     // Credentials do not get better by retrying: stop, and say why.
                     let error = Error::Unauthorized {
                         address: self.config.address.clone(),
-                        code: code.to_owned(),
+                        code: ErrorCode::parse(code),
                         message,
                     };
                     tracing::warn!(%error, "gangway session refused; not reconnecting");
@@ -379,7 +379,7 @@ impl Worker {
         for service in confirmed {
             let what = format!("subscribe {service}");
             let message = Out::Subscribe(pb::Subscribe {
-                service: Some(wire::service_to_pb(&service)),
+                service: Some(proto::service_to_pb(&service)),
             });
             self.issue(message, PendingOp::Restore { what });
         }
@@ -411,8 +411,8 @@ impl Worker {
                 }
                 Request::Deregister { service, instance } => {
                     let message = Out::Deregister(pb::Deregister {
-                        service: Some(wire::service_to_pb(&service)),
-                        instance: Some(wire::instance_key_to_pb(&instance)),
+                        service: Some(proto::service_to_pb(&service)),
+                        instance: Some(proto::instance_key_to_pb(&instance)),
                     });
                     self.registrations.remove(&(service, instance));
                     self.issue(message, PendingOp::Deregister { reply });
@@ -424,8 +424,8 @@ impl Worker {
                     force,
                 } => {
                     let message = Out::Drain(pb::Drain {
-                        service: Some(wire::service_to_pb(&service)),
-                        instance: Some(wire::instance_key_to_pb(&instance)),
+                        service: Some(proto::service_to_pb(&service)),
+                        instance: Some(proto::instance_key_to_pb(&instance)),
                         timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                         force,
                     });
@@ -440,8 +440,8 @@ impl Worker {
                     timeout,
                 } => {
                     let message = Out::WaitReady(pb::WaitReady {
-                        service: Some(wire::service_to_pb(&service)),
-                        instance: Some(wire::instance_key_to_pb(&instance)),
+                        service: Some(proto::service_to_pb(&service)),
+                        instance: Some(proto::instance_key_to_pb(&instance)),
                         timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                     });
                     self.issue(message, PendingOp::WaitReady { reply });
@@ -483,7 +483,7 @@ impl Worker {
         entry.waiters.push(reply);
         if entry.waiters.len() == 1 {
             let message = Out::Subscribe(pb::Subscribe {
-                service: Some(wire::service_to_pb(&service)),
+                service: Some(proto::service_to_pb(&service)),
             });
             self.issue(message, PendingOp::Subscribe { service });
         }
@@ -503,7 +503,7 @@ impl Worker {
         if was_confirmed && self.out.is_some() {
             let what = format!("unsubscribe {service}");
             let message = Out::Unsubscribe(pb::Unsubscribe {
-                service: Some(wire::service_to_pb(service)),
+                service: Some(proto::service_to_pb(service)),
             });
             self.issue(message, PendingOp::Restore { what });
         }
@@ -559,7 +559,7 @@ impl Worker {
             return;
         }
         let message = Out::Pull(pb::Pull {
-            service: Some(wire::service_to_pb(service)),
+            service: Some(proto::service_to_pb(service)),
             known_revision,
         });
         let id = self.issue(
@@ -608,7 +608,7 @@ impl Worker {
     /// so), then acks the revision the cache holds. A delta that does not apply (the cache is
     /// older than its base) is dropped and the whole view pulled instead.
     fn on_snapshot(&mut self, snapshot: pb::Snapshot) {
-        let Some(service) = snapshot.service.as_ref().map(wire::service_from_pb) else {
+        let Some(service) = snapshot.service.as_ref().map(proto::service_from_pb) else {
             tracing::warn!("snapshot without a service");
             return;
         };
@@ -621,7 +621,7 @@ impl Worker {
                 .cache
                 .accept_delta(snapshot.base_revision, snapshot.revision)
             {
-                let view = wire::apply_delta(&entry.tx.borrow(), &snapshot);
+                let view = proto::apply_delta(&entry.tx.borrow(), &snapshot);
                 entry.tx.send_replace(Arc::new(view));
             } else if entry.cache.fresh || snapshot.revision > entry.cache.revision {
                 tracing::debug!(%service, base = snapshot.base_revision, held = entry.cache.revision, "delta does not apply: pulling the whole view");
@@ -631,7 +631,7 @@ impl Worker {
         } else if entry.cache.accept(snapshot.revision) {
             entry
                 .tx
-                .send_replace(Arc::new(wire::view_from_snapshot(&snapshot)));
+                .send_replace(Arc::new(proto::view_from_snapshot(&snapshot)));
         }
         if entry.cache.fresh {
             return; // nothing held yet: nothing to ack
@@ -639,7 +639,7 @@ impl Worker {
         // The revision the cache holds now: acking an older snapshot's own revision would be
         // harmless (the registry ignores older acks) but acking what we hold is the truth.
         let ack = Out::Ack(pb::Ack {
-            service: Some(wire::service_to_pb(&service)),
+            service: Some(proto::service_to_pb(&service)),
             revision: entry.cache.revision,
         });
         self.send(0, ack);
@@ -651,7 +651,7 @@ impl Worker {
                 key,
                 spec,
                 reply: tx,
-            } => match wire::check_reply(reply) {
+            } => match check_reply(reply) {
                 Ok(reply) => {
                     if tx.send(Ok(reply)).is_ok() {
                         self.registrations.insert(key, spec);
@@ -661,8 +661,8 @@ impl Worker {
                         let (service, instance) = key;
                         let what = format!("undo abandoned register {instance} in {service}");
                         let message = Out::Deregister(pb::Deregister {
-                            service: Some(wire::service_to_pb(&service)),
-                            instance: Some(wire::instance_key_to_pb(&instance)),
+                            service: Some(proto::service_to_pb(&service)),
+                            instance: Some(proto::instance_key_to_pb(&instance)),
                         });
                         self.issue(message, PendingOp::Restore { what });
                     }
@@ -674,17 +674,17 @@ impl Worker {
             PendingOp::Deregister { reply: tx }
             | PendingOp::Drain { reply: tx }
             | PendingOp::WaitReady { reply: tx } => {
-                let _ = tx.send(wire::check_reply(reply));
+                let _ = tx.send(check_reply(reply));
             }
-            PendingOp::Subscribe { service } => self.subscribed(&service, wire::check_reply(reply)),
+            PendingOp::Subscribe { service } => self.subscribed(&service, check_reply(reply)),
             PendingOp::Restore { what } => {
-                if let Err(e) = wire::check_reply(reply) {
+                if let Err(e) = check_reply(reply) {
                     tracing::warn!(%what, error = %e, "gangway restore request failed");
                 }
             }
             PendingOp::Pull { service } => {
                 self.pull_done(&service);
-                match wire::check_reply(reply) {
+                match check_reply(reply) {
                     Ok(_) => {} // not modified
                     Err(e) => tracing::debug!(%service, error = %e, "pull refused"),
                 }
@@ -721,12 +721,20 @@ impl Worker {
     }
 }
 
+/// `Ok(reply)` for a success, the registry's refusal ([`Error::Rejected`]) otherwise.
+fn check_reply(reply: pb::Reply) -> Result<pb::Reply, Error> {
+    match proto::rejection(&reply) {
+        Some(refusal) => Err(refusal.into()),
+        None => Ok(reply),
+    }
+}
+
 fn register_message(service: &ServiceKey, instance: &InstanceKey, spec: &RegisterSpec) -> Out {
     Out::Register(pb::Register {
-        service: Some(wire::service_to_pb(service)),
-        instance: Some(wire::instance_key_to_pb(instance)),
+        service: Some(proto::service_to_pb(service)),
+        instance: Some(proto::instance_key_to_pb(instance)),
         weight: Some(spec.weight),
-        metadata: wire::metadata_to_pb(&spec.metadata),
+        metadata: proto::metadata_to_pb(&spec.metadata),
     })
 }
 

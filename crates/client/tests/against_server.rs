@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use gangway_client::{Client, ClientConfig, Error};
 use gangway_core::model::{InstanceKey, ServiceKey};
+use gangway_wire::ErrorCode;
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -62,7 +63,7 @@ async fn a_drain_completes_on_the_real_consumers_ack_and_the_last_one_is_refused
     let err = b.drain(WAIT, false).await.unwrap_err();
     match &err {
         Error::Rejected { code, message, .. } => {
-            assert_eq!(code, "conflict");
+            assert_eq!(code.as_str(), "conflict");
             assert!(message.contains("last serving instance"), "{message}");
         }
         other => panic!("expected a conflict, got {other:?}"),
@@ -100,11 +101,11 @@ async fn a_refused_token_fails_connect_at_once_and_is_not_retryable() {
         }
         let err = Client::connect(config).await.expect_err("refused");
         assert!(
-            matches!(&err, Error::Unauthorized { code, .. } if code == "unauthenticated"),
+            matches!(&err, Error::Unauthorized { code, .. } if *code == ErrorCode::Unauthenticated),
             "{token:?}: {err:?}"
         );
         assert!(!err.is_retryable(), "{err}");
-        assert_eq!(err.code(), Some("unauthenticated"));
+        assert_eq!(err.code(), Some(&ErrorCode::Unauthenticated));
         println!("{token:?}: {err}");
     }
     let client = Client::connect(ClientConfig::new(address).with_token(reader))
@@ -114,6 +115,6 @@ async fn a_refused_token_fails_connect_at_once_and_is_not_retryable() {
         .register(orders(), instance(1), 1.0, BTreeMap::new())
         .await
         .expect_err("a read token cannot register");
-    assert_eq!(err.code(), Some("forbidden"), "{err}");
+    assert_eq!(err.code(), Some(&ErrorCode::Forbidden), "{err}");
     assert!(!err.is_retryable(), "{err}");
 }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use gangway_client::balance::SmoothWeighted;
-use gangway_client::{Client, ClientConfig, Error};
+use gangway_client::{Client, ClientConfig, Error, ErrorCode};
 use gangway_core::model::{InstanceKey, ServiceKey};
 use gangway_proto::v1 as pb;
 use gangway_proto::v1::client_message::Kind as Out;
@@ -497,7 +497,7 @@ async fn rejections_drain_and_deregister() {
     assert_eq!(
         err,
         Error::Rejected {
-            code: "conflict".into(),
+            code: ErrorCode::Conflict,
             message: "service is persistent".into(),
             field: Some("service".into()),
         }
@@ -542,7 +542,7 @@ async fn rejections_drain_and_deregister() {
     let (registration, report) = timeout(WAIT, draining).await.unwrap().unwrap();
     let report = report.unwrap();
     assert_eq!(report.revision, 5);
-    assert_eq!(report.waited, Duration::from_millis(120));
+    assert_eq!(report.waited(), Duration::from_millis(120));
     assert!(!report.complete);
     assert_eq!(report.acked[0].id, "s-7");
     assert_eq!(
@@ -761,7 +761,7 @@ async fn ready_waits_for_the_registrys_wait_ready_and_is_resent_after_a_reconnec
         ..Default::default()
     });
     let err = timeout(WAIT, waiting).await.unwrap().unwrap().unwrap_err();
-    assert_eq!(err.code(), Some("conflict"));
+    assert_eq!(err.code(), Some(&ErrorCode::Conflict));
 
     // Accepted, but the stream drops before the answer: re-sent after the re-registration.
     let waiting = tokio::spawn({
@@ -804,7 +804,7 @@ async fn ready_waits_for_the_registrys_wait_ready_and_is_resent_after_a_reconnec
     let report = timeout(WAIT, waiting).await.unwrap().unwrap().unwrap();
     assert!(report.complete);
     assert_eq!(
-        (report.revision, report.waited),
+        (report.revision, report.waited()),
         (6, Duration::from_millis(40))
     );
     assert_eq!(report.acked[0].acked_revision, 6);

@@ -1,4 +1,7 @@
-//! Drain bookkeeping (DESIGN §4): which subscribers have acked a revision, which lag.
+//! Drain bookkeeping (DESIGN §4): which subscribers have acked a revision, which lag, and the
+//! report a drain or readiness wait ends with.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +14,37 @@ pub struct SubscriberAck {
     pub address: String,
     /// Newest revision acked (0 = nothing yet).
     pub acked_revision: u64,
+}
+
+/// The outcome of a drain (every live subscriber acked a revision *without* the instance) or
+/// of a readiness wait (every live subscriber acked a revision *with* it): what the engine
+/// returns and what REST (`waited_ms` as in the JSON), the native protocol's `DrainResult` and
+/// the SDK carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainReport {
+    /// Revision waited for: subscribers had to ack this or later. For a drain the first
+    /// revision that excludes the instance, for a readiness wait one that contains it.
+    pub revision: u64,
+    /// Time waited for acks, ms (see [`DrainReport::waited`]).
+    pub waited_ms: u64,
+    /// Every live subscriber acked in time (false: the timeout ended the wait).
+    pub complete: bool,
+    /// Subscribers that acked `revision` or later.
+    #[serde(default)]
+    pub acked: Vec<SubscriberAck>,
+    /// Subscribers that had not when the wait ended.
+    #[serde(default)]
+    pub laggards: Vec<SubscriberAck>,
+    /// Readable remarks (for example: no subscriber at all, the timeout).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl DrainReport {
+    /// [`waited_ms`](Self::waited_ms) as a `Duration` (millisecond resolution).
+    pub fn waited(&self) -> Duration {
+        Duration::from_millis(self.waited_ms)
+    }
 }
 
 /// Where a drain stands: subscribers that acked >= the target revision, and the laggards.
@@ -64,5 +98,14 @@ mod tests {
     #[test]
     fn no_subscriber_means_complete() {
         assert!(AckProgress::of(100, &[]).is_complete());
+    }
+
+    #[test]
+    fn a_report_reads_its_wait_in_milliseconds_and_its_lists_may_be_absent() {
+        let r: DrainReport =
+            serde_json::from_str(r#"{"revision":3,"waited_ms":1500,"complete":true}"#).unwrap();
+        assert_eq!(r.waited(), Duration::from_millis(1500));
+        assert!(r.acked.is_empty() && r.laggards.is_empty() && r.notes.is_empty());
+        assert!(serde_json::from_str::<DrainReport>(r#"{"revision":3}"#).is_err());
     }
 }

@@ -3,7 +3,8 @@
 //! - [`model`]: service and instance identities and fields;
 //! - [`validate`]: the input rules, each error naming its field;
 //! - [`view`]: the consumer view of a service and the protect threshold;
-//! - [`drain`]: which subscribers have acked a revision and which lag.
+//! - [`drain`]: which subscribers have acked a revision and which lag, and the report of a
+//!   drain or readiness wait.
 //!
 //! ```
 //! use gangway_core::model::{Instance, InstanceKey};

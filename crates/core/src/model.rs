@@ -152,6 +152,20 @@ impl Instance {
     pub fn is_serving(&self) -> bool {
         self.enabled && self.healthy && self.weight > 0.0
     }
+
+    /// Its state, the first that applies: `offline` (not enabled), `unhealthy`, `zero_weight`,
+    /// else `serving`: the `state` label of `gangway_instances` and of the REST listings.
+    pub fn state_name(&self) -> &'static str {
+        if !self.enabled {
+            "offline"
+        } else if !self.healthy {
+            "unhealthy"
+        } else if self.weight <= 0.0 {
+            "zero_weight"
+        } else {
+            "serving"
+        }
+    }
 }
 
 fn or_default(value: &str, default: &str) -> String {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use gangway_core::View;
+use gangway_wire::client::{InstanceRef, RestClient, ServiceRef};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -29,9 +30,11 @@ pub fn poller(
         protection_triggered: false,
     });
     let (tx, rx) = watch::channel(empty);
-    let url = format!("http://{http}/v1/services/{service}/instances");
+    let service = ServiceRef::named(service);
+    let client = RestClient::new(&http.to_string());
     let task = tokio::spawn(async move {
-        let client = reqwest::Client::new();
+        // Without an HTTP client the poller never sees a view: as if every poll failed.
+        let Ok(client) = client else { return };
         let mut next = Instant::now();
         let mut anchor_open = true;
         loop {
@@ -46,7 +49,7 @@ pub fn poller(
                 }
             }
             let polled = Instant::now();
-            if let Some(view) = fetch(&client, &url).await {
+            if let Some(view) = fetch(&client, &service).await {
                 tx.send_if_modified(|current| {
                     if current.instances == view.instances
                         && current.protection_triggered == view.protection_triggered
@@ -76,11 +79,13 @@ pub async fn wait_dropped(
     addr: &str,
     limit: Duration,
 ) -> Option<Instant> {
-    let client = reqwest::Client::new();
-    let url = format!("http://{http}/v1/services/{service}/instances");
+    let Ok(client) = RestClient::new(&http.to_string()) else {
+        return None;
+    };
+    let service = ServiceRef::named(service);
     let end = Instant::now() + limit;
     while Instant::now() < end {
-        let view = fetch(&client, &url).await;
+        let view = fetch(&client, &service).await;
         if view.is_some_and(|v| !v.instances.iter().any(|i| i.key.addr() == addr)) {
             return Some(Instant::now());
         }
@@ -89,9 +94,10 @@ pub async fn wait_dropped(
     None
 }
 
-/// One GET of a consumer view; `None` on any error.
-async fn fetch(client: &reqwest::Client, url: &str) -> Option<View> {
-    client.get(url).send().await.ok()?.json::<View>().await.ok()
+/// One GET of a consumer view, in domain form; `None` on any error.
+async fn fetch(client: &RestClient, service: &ServiceRef) -> Option<View> {
+    let view = client.instances(service, false).await.ok()?.parse().ok()?;
+    Some(View::from(view))
 }
 
 /// The first `anchor + k x period` (k any integer) after `now`.
@@ -108,22 +114,20 @@ pub fn next_tick(anchor: Instant, period: Duration, now: Instant) -> Instant {
     }
 }
 
-/// `DELETE /v1/services/{service}/instances/{addr}`.
+/// `DELETE /v1/services/{service}/instances/{addr}`, `addr` an `ip:port` socket address.
 ///
 /// # Errors
-/// The registry is unreachable or answers other than 2xx.
+/// `addr` is not `ip:port`, the registry is unreachable or refuses (a [`gangway_wire::client::RestError`]
+/// with its code in the chain).
 pub async fn deregister(http: SocketAddr, service: &str, addr: &str) -> anyhow::Result<()> {
-    let url = format!("http://{http}/v1/services/{service}/instances/{addr}");
-    let response = reqwest::Client::new()
-        .delete(&url)
-        .send()
+    let at: SocketAddr = addr
+        .parse()
+        .with_context(|| format!("deregister {addr}: not ip:port"))?;
+    let instance = InstanceRef::new(ServiceRef::named(service), &at.ip().to_string(), at.port());
+    RestClient::new(&http.to_string())?
+        .deregister(&instance, false)
         .await
-        .with_context(|| format!("DELETE {url}"))?;
-    anyhow::ensure!(
-        response.status().is_success(),
-        "deregister {addr}: HTTP {}",
-        response.status()
-    );
+        .with_context(|| format!("deregister {addr}"))?;
     Ok(())
 }
 

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use comfy_table::Table as TextTable;
+use gangway_wire::client::{InstanceRef, RestClient, ServiceRef};
+use gangway_wire::rest::{Instance, ProbeRequest, RegisterRequest, SettingsRequest, View};
 use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -21,6 +22,8 @@ use crate::process::{Proc, STARTUP, field};
 
 /// How often the registry's list is read while waiting for a change.
 const POLL: Duration = Duration::from_millis(25);
+/// Longest wait for one answer of the registry's REST API.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Settings of the liveness suite.
 #[derive(Debug, Clone)]
@@ -197,38 +200,32 @@ async fn start_registry(s: &Settings) -> anyhow::Result<gangway_server::RunningS
         .context("start the registry")
 }
 
+/// A REST client of the registry at `http` (its HTTP port), [`CALL_TIMEOUT`] a call.
+fn rest(http: SocketAddr) -> anyhow::Result<RestClient> {
+    Ok(RestClient::builder(&http.to_string())
+        .call_timeout(CALL_TIMEOUT)
+        .build()?)
+}
+
 /// Every instance of `service` (`?all=true`), or an empty list on any error.
-async fn list_all(http: &reqwest::Client, registry: SocketAddr, service: &str) -> Vec<Value> {
-    list(http, registry, service, true)
+async fn list_all(registry: &RestClient, service: &str) -> Vec<Instance> {
+    list(registry, service, true)
         .await
-        .map(|v| v["instances"].as_array().cloned().unwrap_or_default())
+        .map(|v| v.instances)
         .unwrap_or_default()
 }
 
-async fn list(
-    http: &reqwest::Client,
-    registry: SocketAddr,
-    service: &str,
-    all: bool,
-) -> anyhow::Result<Value> {
-    let url = format!(
-        "http://{registry}/v1/services/{service}/instances{}",
-        if all { "?all=true" } else { "" }
-    );
-    Ok(http
-        .get(&url)
-        .timeout(Duration::from_secs(2))
-        .send()
+/// The consumer view of `service`, or with `all` every instance.
+async fn list(registry: &RestClient, service: &str, all: bool) -> anyhow::Result<View> {
+    Ok(registry
+        .instances(&ServiceRef::named(service), all)
         .await?
-        .error_for_status()?
-        .json()
-        .await?)
+        .parse()?)
 }
 
-fn find<'a>(instances: &'a [Value], addr: &str) -> Option<&'a Value> {
-    instances
-        .iter()
-        .find(|i| format!("{}:{}", i["ip"].as_str().unwrap_or(""), i["port"]) == addr)
+/// The instance at `addr` (`ip:port`) among `instances`.
+fn find<'a>(instances: &'a [Instance], addr: &str) -> Option<&'a Instance> {
+    instances.iter().find(|i| i.addr() == addr)
 }
 
 fn secs(d: Duration) -> String {
@@ -262,9 +259,9 @@ async fn session_leaves(s: &Settings, how: Leave) -> anyhow::Result<(String, Str
     let result = async {
         let ready = p.line("ready ", STARTUP).await?;
         let addr = field(&ready, "addr").context("ready line without addr=")?;
-        let http = reqwest::Client::new();
+        let http = rest(server.http_addr)?;
         let listed = wait_until(Duration::from_secs(10), || async {
-            find(&list_all(&http, server.http_addr, service).await, &addr).is_some()
+            find(&list_all(&http, service).await, &addr).is_some()
         })
         .await;
         anyhow::ensure!(listed.is_some(), "the instance was never listed");
@@ -279,18 +276,14 @@ async fn session_leaves(s: &Settings, how: Leave) -> anyhow::Result<(String, Str
         let mut unhealthy = None;
         let limit = Duration::from_secs(60);
         loop {
-            let all = list_all(&http, server.http_addr, service).await;
+            let all = list_all(&http, service).await;
             match find(&all, &addr) {
                 None => break,
                 Some(i) => {
-                    if unhealthy.is_none() && i["healthy"] == Value::Bool(false) {
+                    if unhealthy.is_none() && !i.healthy {
                         unhealthy = Some(start.elapsed());
                     }
-                    let flag = format!(
-                        "healthy={} enabled={}",
-                        i["healthy"].as_bool().unwrap_or(false),
-                        i["enabled"].as_bool().unwrap_or(false)
-                    );
+                    let flag = format!("healthy={} enabled={}", i.healthy, i.enabled);
                     if flags.last() != Some(&flag) {
                         flags.push(flag);
                     }
@@ -347,21 +340,31 @@ fn listen(listener: TcpListener) -> JoinHandle<()> {
     })
 }
 
+/// Registers `body` in `service`.
 async fn register(
-    http: &reqwest::Client,
-    registry: SocketAddr,
+    registry: &RestClient,
     service: &str,
-    body: Value,
+    body: &RegisterRequest,
 ) -> anyhow::Result<()> {
-    let url = format!("http://{registry}/v1/services/{service}/instances");
-    let r = http.post(&url).json(&body).send().await?;
-    anyhow::ensure!(
-        r.status().is_success(),
-        "register: HTTP {} {}",
-        r.status(),
-        r.text().await.unwrap_or_default()
-    );
+    registry
+        .register(&ServiceRef::named(service), body)
+        .await
+        .context("register")?;
     Ok(())
+}
+
+/// A persistent instance at `127.0.0.1:port`, TCP-probed with the registry's defaults.
+fn persistent(port: u16) -> RegisterRequest {
+    RegisterRequest {
+        ip: "127.0.0.1".to_owned(),
+        port: u32::from(port),
+        ephemeral: Some(false),
+        probe: Some(ProbeRequest {
+            kind: Some(gangway_core::model::ProbeKind::Tcp),
+            ..ProbeRequest::default()
+        }),
+        ..RegisterRequest::default()
+    }
 }
 
 /// A persistent, TCP-probed instance (default probe: every 2 s, fall 2, rise 2) whose port
@@ -370,27 +373,16 @@ async fn register(
 async fn persistent_port_closes(s: &Settings) -> anyhow::Result<Vec<Row>> {
     let server = start_registry(s).await?;
     let result = async {
-        let http = reqwest::Client::new();
+        let http = rest(server.http_addr)?;
         let service = "stock";
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port_addr = listener.local_addr()?;
         let addr = port_addr.to_string();
         let accept = listen(listener);
-        register(
-            &http,
-            server.http_addr,
-            service,
-            json!({"ip": "127.0.0.1", "port": port_addr.port(), "ephemeral": false,
-                   "probe": {"kind": "tcp"}}),
-        )
-        .await?;
-        let health = |http: reqwest::Client| {
+        register(&http, service, &persistent(port_addr.port())).await?;
+        let health = |http: RestClient| {
             let addr = addr.clone();
-            let registry = server.http_addr;
-            async move {
-                find(&list_all(&http, registry, service).await, &addr)
-                    .map(|i| i["healthy"].as_bool().unwrap_or(false))
-            }
+            async move { find(&list_all(&http, service).await, &addr).map(|i| i.healthy) }
         };
         wait_until(Duration::from_secs(15), || {
             let h = health(http.clone());
@@ -463,55 +455,47 @@ async fn protect_threshold() -> anyhow::Result<Vec<Row>> {
         .await
         .context("start the registry")?;
     let result = async {
-        let http = reqwest::Client::new();
+        let http = rest(server.http_addr)?;
         let mut rows = Vec::new();
         for threshold in [0.0, 0.1, 0.2, 0.5] {
             let service = format!("protect{}", (threshold * 10.0) as u32);
-            let url = format!("http://{}/v1/services/{service}", server.http_addr);
             for port in 1..=5u16 {
-                register(
-                    &http,
-                    server.http_addr,
-                    &service,
-                    json!({"ip": "127.0.0.1", "port": 20000 + port, "ttl_ms": 500,
-                           "delete_timeout_ms": 600000}),
-                )
-                .await?;
+                let lease = RegisterRequest {
+                    ip: "127.0.0.1".to_owned(),
+                    port: u32::from(20000 + port),
+                    ttl_ms: Some(500),
+                    delete_timeout_ms: Some(600_000),
+                    ..RegisterRequest::default()
+                };
+                register(&http, &service, &lease).await?;
             }
-            let r = http
-                .put(&url)
-                .json(&json!({"protect_threshold": threshold}))
-                .send()
-                .await?;
-            anyhow::ensure!(
-                r.status().is_success(),
-                "PUT protect_threshold: {}",
-                r.status()
-            );
+            let settings = SettingsRequest {
+                protect_threshold: Some(threshold),
+                ..SettingsRequest::default()
+            };
+            http.put_settings(&ServiceRef::named(&service), &settings)
+                .await
+                .context("PUT protect_threshold")?;
             // Keep instance 1 alive; the other four expire after 500 ms (checked every 200 ms).
-            let beat = format!("{url}/instances/127.0.0.1:20001/heartbeat");
+            let beat = InstanceRef::new(ServiceRef::named(&service), "127.0.0.1", 20001);
             let unhealthy = wait_until(Duration::from_secs(10), || {
                 let (http, beat, service) = (http.clone(), beat.clone(), service.clone());
-                let registry = server.http_addr;
                 async move {
-                    let _ = http.put(&beat).send().await;
-                    list_all(&http, registry, &service)
+                    let _ = http.heartbeat(&beat).await;
+                    list_all(&http, &service)
                         .await
                         .iter()
-                        .filter(|i| i["healthy"] == Value::Bool(false))
+                        .filter(|i| !i.healthy)
                         .count()
                         == 4
                 }
             })
             .await;
             anyhow::ensure!(unhealthy.is_some(), "4 of 5 never went unhealthy");
-            let view = list(&http, server.http_addr, &service, false).await?;
-            let instances = view["instances"].as_array().cloned().unwrap_or_default();
-            let healthy = instances
-                .iter()
-                .filter(|i| i["healthy"] == Value::Bool(true))
-                .count();
-            let triggered = view["protection_triggered"].as_bool().unwrap_or(false);
+            let view = list(&http, &service, false).await?;
+            let instances = view.instances;
+            let healthy = instances.iter().filter(|i| i.healthy).count();
+            let triggered = view.protection_triggered;
             rows.push(row(
                 &format!("protect threshold {threshold}, 4 of 5 down (healthy ratio 0.2)"),
                 if threshold >= 0.2 {
@@ -557,29 +541,23 @@ async fn registry_restart(s: &Settings) -> anyhow::Result<Vec<Row>> {
         "--log".into(),
         "error".into(),
     ];
-    let http = reqwest::Client::new();
-    let up = |http: reqwest::Client| async move {
+    let http = rest(http_addr)?;
+    let up = |http: RestClient| async move {
         wait_until(Duration::from_secs(15), || {
             let http = http.clone();
-            async move { list(&http, http_addr, "x", false).await.is_ok() }
+            async move { list(&http, "x", false).await.is_ok() }
         })
         .await
     };
     let mut server = Proc::spawn(&s.exe, &server_args)?;
     let mut instance = None;
     let probed = TcpListener::bind("127.0.0.1:0").await?;
+    let probed_port = probed.local_addr()?.port();
     let probed_addr = probed.local_addr()?.to_string();
     let accept = listen(probed);
     let result = async {
         up(http.clone()).await.context("gangway server did not start")?;
-        register(
-            &http,
-            http_addr,
-            "stock",
-            json!({"ip": "127.0.0.1", "port": probed_addr.rsplit(':').next().unwrap_or("0").parse::<u16>()?,
-                   "ephemeral": false, "probe": {"kind": "tcp"}}),
-        )
-        .await?;
+        register(&http, "stock", &persistent(probed_port)).await?;
         let mut p = Proc::spawn(
             &s.exe,
             &[
@@ -599,10 +577,9 @@ async fn registry_restart(s: &Settings) -> anyhow::Result<Vec<Row>> {
                 wait_until(Duration::from_secs(60), || {
                     let (http, addr) = (http.clone(), addr.clone());
                     async move {
-                        list(&http, http_addr, service, all)
+                        list(&http, service, all)
                             .await
-                            .map(|v| find(v["instances"].as_array().map_or(&[][..], |a| a), &addr).is_some())
-                            .unwrap_or(false)
+                            .is_ok_and(|v| find(&v.instances, &addr).is_some())
                     }
                 })
                 .await

@@ -60,8 +60,9 @@ fn parse_admin(s: &str) -> Result<AdminAddr, String> {
 
 impl ProxyArgs {
     /// What [`run`](crate::run) needs.
-    pub fn options(&self) -> RunOptions {
+    pub fn options(&self, token: Option<String>) -> RunOptions {
         RunOptions {
+            token,
             config: self.config.clone(),
             overrides: Overrides {
                 registry: self.registry.clone(),

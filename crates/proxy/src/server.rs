@@ -137,6 +137,9 @@ pub struct RunOptions {
     /// TLS toward an `https://` registry (the CLI's global `--ca`, `--client-cert`,
     /// `--client-key`). Default: the system's roots, no client certificate.
     pub tls: gangway_client::ClientTls,
+    /// The registry's API token when it runs with `--auth` (`--token`, `GANGWAY_TOKEN`): sent
+    /// as the session's `Authorization: Bearer`. `None`: no credentials.
+    pub token: Option<String>,
 }
 
 /// Runs `gangway proxy` until SIGTERM or SIGINT.
@@ -168,11 +171,13 @@ pub async fn run(options: RunOptions) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
-    let mut client_config = ClientConfig::new(config.registry.clone())
-        .with_client_name(format!("gangway-proxy/{}", std::process::id()));
-    client_config.tls = options.tls.clone();
-    let client = Client::start(client_config)
-        .with_context(|| format!("registry address {}", config.registry))?;
+    let client = Client::start(
+        ClientConfig::new(config.registry.clone())
+            .with_client_name(format!("gangway-proxy/{}", std::process::id()))
+            .with_optional_token(options.token.clone())
+            .with_tls(options.tls.clone()),
+    )
+    .with_context(|| format!("registry address {}", config.registry))?;
 
     let mut registry = Registry::default();
     let metrics = ProxyMetrics::register(&mut registry);

@@ -4,10 +4,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use gangway_core::ValidationError;
 use gangway_store::StoreError;
+use gangway_wire::{ErrorBody, ErrorCode, ErrorDetail};
 
 use crate::auth::AuthError;
 use crate::engine::RegistryError;
-use serde::Serialize;
 
 /// A request the registry refuses or could not carry out. Nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,27 +122,24 @@ impl ApiError {
         Self::Invalid(ValidationError::new(field, message))
     }
 
-    /// Stable code: `invalid_argument`, `not_found`, `method_not_allowed`, `conflict`,
-    /// `payload_too_large`, `request_timeout`, `warming_up`, `internal`, `uri_too_long`,
-    /// `headers_too_large`, `overloaded`, `unauthenticated`, `forbidden`,
-    /// `unsupported_media_type`, `limit_exceeded`.
-    pub fn code(&self) -> &'static str {
+    /// The stable code REST and the native protocol carry (docs/api.md).
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ApiError::Invalid(_) => "invalid_argument",
-            ApiError::NotFound { .. } => "not_found",
-            ApiError::Conflict { .. } => "conflict",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::PayloadTooLarge { .. } => "payload_too_large",
-            ApiError::RequestTimeout { .. } => "request_timeout",
-            ApiError::WarmingUp => "warming_up",
-            ApiError::Store(_) => "internal",
-            ApiError::UriTooLong { .. } => "uri_too_long",
-            ApiError::HeadersTooLarge { .. } => "headers_too_large",
-            ApiError::Overloaded { .. } => "overloaded",
-            ApiError::LimitExceeded { .. } => "limit_exceeded",
-            ApiError::Unauthenticated { .. } => "unauthenticated",
-            ApiError::Forbidden { .. } => "forbidden",
-            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            ApiError::Invalid(_) => ErrorCode::InvalidArgument,
+            ApiError::NotFound { .. } => ErrorCode::NotFound,
+            ApiError::Conflict { .. } => ErrorCode::Conflict,
+            ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            ApiError::RequestTimeout { .. } => ErrorCode::RequestTimeout,
+            ApiError::WarmingUp => ErrorCode::WarmingUp,
+            ApiError::Store(_) => ErrorCode::Internal,
+            ApiError::UriTooLong { .. } => ErrorCode::UriTooLong,
+            ApiError::HeadersTooLarge { .. } => ErrorCode::HeadersTooLarge,
+            ApiError::Overloaded { .. } => ErrorCode::Overloaded,
+            ApiError::LimitExceeded { .. } => ErrorCode::LimitExceeded,
+            ApiError::Unauthenticated { .. } => ErrorCode::Unauthenticated,
+            ApiError::Forbidden { .. } => ErrorCode::Forbidden,
+            ApiError::UnsupportedMediaType { .. } => ErrorCode::UnsupportedMediaType,
         }
     }
 
@@ -162,24 +159,18 @@ impl ApiError {
         }
     }
 
-    /// HTTP status.
+    /// HTTP status: its code's ([`ErrorCode::http_status`]).
     pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
-            ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::WarmingUp => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
-            ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::LimitExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        StatusCode::from_u16(self.code().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// Code, message, field and (403 only) rule: what the REST body and a native `Reply` carry.
+    pub fn detail(&self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.code(),
+            message: self.message(),
+            field: self.field().map(str::to_owned),
+            rule: self.rule().map(str::to_owned),
         }
     }
 
@@ -196,14 +187,9 @@ impl ApiError {
         serde_json::to_string(&self.body()).unwrap_or_default()
     }
 
-    fn body(&self) -> Body<'_> {
-        Body {
-            error: Inner {
-                code: self.code(),
-                message: self.message(),
-                field: self.field(),
-                rule: self.rule(),
-            },
+    fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: self.detail(),
         }
     }
 
@@ -267,20 +253,6 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         ApiError::Store(e.to_string())
     }
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
-}
-
-#[derive(Serialize)]
-struct Inner<'a> {
-    code: &'a str,
-    message: String,
-    field: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rule: Option<&'a str>,
 }
 
 impl IntoResponse for ApiError {

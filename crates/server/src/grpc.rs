@@ -10,6 +10,7 @@ use futures::{Stream, StreamExt};
 use gangway_core::ValidationError;
 use gangway_core::model::{Instance, InstanceKey, ServiceKey};
 use gangway_proto::v1 as pb;
+use gangway_wire::proto;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -42,48 +43,20 @@ impl SessionService {
     }
 }
 
-/// Converts a proto key, applying defaults.
+/// The service a message names (a missing key is the empty one, refused by validation).
 pub fn service_key(k: Option<pb::ServiceKey>) -> ServiceKey {
-    let k = k.unwrap_or_default();
-    ServiceKey::new(&k.namespace, &k.group, &k.service)
+    proto::service_from_pb(&k.unwrap_or_default())
 }
 
 fn instance_key(k: Option<pb::InstanceKey>) -> Result<InstanceKey, RegistryError> {
-    let k = k.unwrap_or_default();
-    let port = gangway_core::validate::port(k.port)?;
-    Ok(InstanceKey::new(&k.ip, port, &k.cluster))
-}
-
-fn pb_service(k: &ServiceKey) -> pb::ServiceKey {
-    pb::ServiceKey {
-        namespace: k.namespace.clone(),
-        group: k.group.clone(),
-        service: k.service.clone(),
-    }
-}
-
-/// Converts a domain instance to its proto form.
-pub fn pb_instance(i: &Instance) -> pb::Instance {
-    pb::Instance {
-        key: Some(pb_instance_key(&i.key)),
-        weight: i.weight,
-        enabled: i.enabled,
-        healthy: i.healthy,
-        ephemeral: i.ephemeral,
-        metadata: i.metadata.clone().into_iter().collect(),
-    }
+    Ok(proto::instance_key_from_pb(&k.unwrap_or_default())?)
 }
 
 fn pb_snapshot(s: &Snapshot, request_id: u64) -> pb::ServerMessage {
     pb::ServerMessage {
-        kind: Some(pb::server_message::Kind::Snapshot(pb::Snapshot {
-            service: Some(pb_service(&s.service)),
-            revision: s.view.revision,
-            instances: s.view.instances.iter().map(pb_instance).collect(),
-            protection_triggered: s.view.protection_triggered,
-            request_id,
-            ..Default::default()
-        })),
+        kind: Some(pb::server_message::Kind::Snapshot(proto::snapshot_to_pb(
+            &s.service, &s.view, request_id,
+        ))),
     }
 }
 
@@ -94,23 +67,15 @@ fn pb_push(push: &Push) -> pb::ServerMessage {
     };
     pb::ServerMessage {
         kind: Some(pb::server_message::Kind::Snapshot(pb::Snapshot {
-            service: Some(pb_service(&d.service)),
+            service: Some(proto::service_to_pb(&d.service)),
             revision: d.revision,
-            instances: d.upserted.iter().map(pb_instance).collect(),
+            instances: d.upserted.iter().map(proto::instance_to_pb).collect(),
             protection_triggered: d.protection_triggered,
             request_id: 0,
             delta: true,
             base_revision: d.base_revision,
-            removed: d.removed.iter().map(pb_instance_key).collect(),
+            removed: d.removed.iter().map(proto::instance_key_to_pb).collect(),
         })),
-    }
-}
-
-fn pb_instance_key(k: &InstanceKey) -> pb::InstanceKey {
-    pb::InstanceKey {
-        ip: k.ip.clone(),
-        port: u32::from(k.port),
-        cluster: k.cluster.clone(),
     }
 }
 
@@ -123,38 +88,12 @@ fn wait_timeout(registry: &Registry, timeout_ms: u64) -> Duration {
     }
 }
 
-fn pb_drain(d: DrainReport) -> pb::DrainResult {
-    let acks = |v: Vec<gangway_core::drain::SubscriberAck>| {
-        v.into_iter()
-            .map(|s| pb::SubscriberAck {
-                id: s.id,
-                address: s.address,
-                acked_revision: s.acked_revision,
-            })
-            .collect()
-    };
-    pb::DrainResult {
-        revision: d.revision,
-        waited_ms: d.waited_ms,
-        complete: d.complete,
-        acked: acks(d.acked),
-        laggards: acks(d.laggards),
-        notes: d.notes,
-    }
-}
-
 /// The one place where the native protocol maps a [`RegistryError`]: its REST code, message
 /// and field go into the `Reply`.
 fn reply(request_id: u64, result: Result<pb::Reply, ApiError>) -> pb::ServerMessage {
     let reply = match result {
         Ok(r) => pb::Reply { request_id, ..r },
-        Err(e) => pb::Reply {
-            request_id,
-            error_code: e.code().to_owned(),
-            error_message: e.message(),
-            error_field: e.field().unwrap_or_default().to_owned(),
-            ..pb::Reply::default()
-        },
+        Err(e) => proto::rejected_reply(request_id, e.detail()),
     };
     pb::ServerMessage {
         kind: Some(pb::server_message::Kind::Reply(reply)),
@@ -409,7 +348,7 @@ impl Session {
         tokio::spawn(async move {
             let result = wait.await.map(|report| pb::Reply {
                 revision: report.revision,
-                drain: Some(pb_drain(report)),
+                drain: Some(proto::drain_to_pb(&report)),
                 ..Default::default()
             });
             let _ = tx.send(reply(rid, result)).await;

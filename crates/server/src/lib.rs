@@ -1,7 +1,7 @@
 //! The gangway registry server: the engine ([`engine::Registry`]) behind REST (`/v1/`), the
 //! native gRPC session protocol, the Nacos naming protocols ([`nacos`]: v1/v3 HTTP under
-//! `/nacos/` on the HTTP port, the Nacos SDK gRPC services on the gRPC port), and Prometheus
-//! metrics.
+//! `/nacos/` on the HTTP port, the Nacos SDK gRPC services on the gRPC port), Prometheus
+//! metrics and the web console ([`console`], under `/ui`).
 //!
 //! The caller binds the listeners and opens the store ([`start`]); [`start_in_memory`] does both
 //! on loopback for tests and embedding:
@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 pub mod auth;
 pub mod config;
+pub mod console;
 pub mod engine;
 pub mod error;
 pub mod grpc;
@@ -104,12 +105,15 @@ pub async fn start(
         config.nacos.detect_after,
         config.nacos.detect_timeout,
     );
+    let console = console::Console::new(registry.clone(), &config.security);
     let router = http::router(registry.clone(), prometheus)
         .merge(nacos::http::router(nacos.clone()))
+        .merge(console.router())
         .layer(axum::middleware::from_fn_with_state(
             auth::layer::AuthLayerState {
                 authority: config.security.authority.clone(),
                 exposed: config.security.insecure_no_auth,
+                console: console.sessions().clone(),
             },
             auth::layer::authenticate,
         ))

@@ -167,15 +167,7 @@ impl crate::engine::Registry {
         for (key, s) in &state.services {
             for e in s.instances.values() {
                 let i = &e.instance;
-                let st = if !i.enabled {
-                    "offline"
-                } else if !i.healthy {
-                    "unhealthy"
-                } else if i.weight <= 0.0 {
-                    "zero_weight"
-                } else {
-                    "serving"
-                };
+                let st = i.state_name();
                 metrics
                     .instances
                     .get_or_create(&InstanceLabels {

@@ -353,13 +353,18 @@ async fn another_principal_cannot_poll_under_someone_elses_subscriber_name() {
     );
 }
 
-#[tokio::test]
-async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
+/// A server without auth (loopback), an HTTP client and the server's base URL.
+async fn without_auth() -> (gangway_server::RunningServer, reqwest::Client, String) {
     let server = gangway_server::start_in_memory(Config::for_tests())
         .await
         .unwrap();
-    let http = reqwest::Client::new();
     let base = format!("http://{}", server.http_addr);
+    (server, reqwest::Client::new(), base)
+}
+
+#[tokio::test]
+async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
+    let (_server, http, base) = without_auth().await;
     let r = http
         .post(format!("{base}/v1/services/orders/instances"))
         .json(&json!({"ip": "10.0.0.1", "port": 1}))
@@ -457,4 +462,67 @@ async fn another_principal_cannot_poll_as_someone_elses_nacos_client_ip_and_udp_
             .all(|s| s["address"] == "10.1.1.1:5555" && s["kind"] == "poller"),
         "{body}"
     );
+}
+
+#[tokio::test]
+async fn without_auth_a_request_to_a_name_other_than_localhost_is_refused() {
+    // DNS rebinding: a page on http://evil.example:P whose name now resolves to 127.0.0.1 is
+    // same-origin to the browser and may send JSON; its requests carry its own Host.
+    let (server, http, base) = without_auth().await;
+    let port = server.http_addr.port();
+    for host in [
+        format!("evil.example:{port}"),
+        "evil.example".to_owned(),
+        format!("localhost.evil.example:{port}"),
+        format!("127.0.0.1.nip.io:{port}"),
+        format!("evil.example:{port}x"),
+    ] {
+        let r = http
+            .post(format!("{base}/v1/services/orders/instances"))
+            .header("host", &host)
+            .json(&json!({"ip": "10.0.0.1", "port": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{host}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(rule(&body), "host", "{body}");
+        let r = http
+            .get(format!(
+                "{base}/nacos/v1/ns/instance/list?serviceName=orders"
+            ))
+            .header("host", &host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "nacos {host}");
+    }
+    let listed: Value = http
+        .get(format!("{base}/v1/services"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        !listed.to_string().contains("orders"),
+        "a refused request registered nothing: {listed}"
+    );
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "LOCALHOST".to_owned(),
+        format!("app.localhost:{port}"),
+        format!("[::1]:{port}"),
+        "10.1.2.3".to_owned(),
+    ] {
+        let r = http
+            .get(format!("{base}/v1/services"))
+            .header("host", &host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{host}");
+    }
 }

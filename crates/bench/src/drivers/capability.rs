@@ -86,6 +86,18 @@ pub trait Register: Driver {
         ip: &str,
         port: u16,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Keeps `instances` of `svc`, registered through `client`, alive past a lease's TTL as
+    /// the protocol's own clients do, until the returned task is aborted; `None` when they
+    /// need nothing from the client (a session or a lease the connection keeps, persistent
+    /// keys). Default: `None`. Only workloads that outlast a TTL (churn) call it.
+    fn keep_alive(
+        _client: &Self::Client,
+        _svc: &str,
+        _instances: Vec<(String, u16)>,
+    ) -> Option<tokio::task::AbortHandle> {
+        None
+    }
 }
 
 /// Takes ephemeral instances out again.

@@ -2,7 +2,7 @@
 //! server rather than an SDK. Every driver speaks to loopback only.
 //!
 //! - [`native`]: gangway's gRPC session protocol (raw `gangway_proto` messages);
-//! - [`rest`]: gangway's REST API, and [`rest_driver`] the drivers built on it;
+//! - [`rest_driver`]: gangway's REST API, on the shared typed client `gangway_wire::client`;
 //! - [`nacos_http`]: Nacos v1 HTTP (gangway's compat layer and rnacos, the same code);
 //! - [`nacos_grpc`]: the Nacos 2.x SDK gRPC protocol (gangway's compat layer and rnacos);
 //! - [`etcd`]: etcd v3 through its JSON gRPC gateway (no protoc, no etcd client crate).
@@ -29,7 +29,6 @@ pub mod etcd;
 pub mod nacos_grpc;
 pub mod nacos_http;
 pub mod native;
-pub mod rest;
 pub mod rest_driver;
 
 use std::net::SocketAddr;

@@ -2,6 +2,7 @@
 //! and rnacos.
 
 use anyhow::bail;
+use futures::StreamExt as _;
 
 use super::capability::{Deregister, List, OnGangway, OnRnacos, Persist, Register};
 use super::{GROUP, NAMESPACE};
@@ -91,6 +92,33 @@ impl NacosHttp {
         self.send(req).await.map(drop)
     }
 
+    /// A heartbeat (`PUT /instance/beat`) with the beat body the SDKs send, so a server that
+    /// lost the instance registers it again.
+    pub async fn beat(&self, svc: &str, ip: &str, port: u16) -> anyhow::Result<()> {
+        let beat = serde_json::json!({
+            "serviceName": format!("{GROUP}@@{svc}"),
+            "ip": ip,
+            "port": port,
+            "cluster": "DEFAULT",
+            "weight": 1.0,
+            "scheduled": true,
+        })
+        .to_string();
+        let port = port.to_string();
+        let req = self
+            .client
+            .put(format!("{}/instance/beat", self.base))
+            .query(&[
+                ("namespaceId", NAMESPACE),
+                ("groupName", GROUP),
+                ("serviceName", svc),
+                ("ip", ip),
+                ("port", &port),
+                ("beat", &beat),
+            ]);
+        self.send(req).await.map(drop)
+    }
+
     /// Lists a service (`/instance/list`); returns the body.
     pub async fn list(&self, svc: &str) -> anyhow::Result<bytes::Bytes> {
         let query = form(&[
@@ -105,8 +133,9 @@ impl NacosHttp {
     }
 }
 
-/// The `nacos-http` driver: Nacos v1 HTTP with ephemeral instances (leases the bench never
-/// renews: Nacos keeps them healthy for 15 s and listed for 30 s) and lists.
+/// The `nacos-http` driver: Nacos v1 HTTP with ephemeral instances (leases the bench renews
+/// only where a workload outlasts them, [`Register::keep_alive`]: Nacos keeps them healthy for
+/// 15 s and listed for 30 s) and lists.
 pub struct NacosV1;
 
 /// The `nacos-http-persistent` driver: Nacos v1 HTTP with `ephemeral=false` instances, stored
@@ -132,7 +161,34 @@ impl Register for NacosV1 {
     ) -> anyhow::Result<()> {
         client.register(svc, ip, port, true).await
     }
+
+    /// A beat per instance every [`BEAT_INTERVAL`], 64 in flight, as the Nacos SDKs do.
+    fn keep_alive(
+        client: &NacosHttp,
+        svc: &str,
+        instances: Vec<(String, u16)>,
+    ) -> Option<tokio::task::AbortHandle> {
+        let (client, svc) = (client.clone(), svc.to_owned());
+        let task = tokio::spawn(async move {
+            let mut every = tokio::time::interval(BEAT_INTERVAL);
+            loop {
+                every.tick().await;
+                futures::stream::iter(&instances)
+                    .for_each_concurrent(64, |(ip, port)| {
+                        let (client, svc) = (&client, &svc);
+                        async move {
+                            let _ = client.beat(svc, ip, *port).await;
+                        }
+                    })
+                    .await;
+            }
+        });
+        Some(task.abort_handle())
+    }
 }
+
+/// How often the Nacos SDKs beat an ephemeral v1 instance: 5 s.
+const BEAT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Deregister for NacosV1 {
     async fn deregister(

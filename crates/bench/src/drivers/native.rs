@@ -30,6 +30,9 @@ pub struct View {
     pub revision: u64,
     /// Instances by (ip, port, cluster).
     pub instances: BTreeMap<(String, u32, String), pb::Instance>,
+    /// Size of the last push applied, in bytes: the `Snapshot` message as protobuf encodes it
+    /// (before gRPC's 5-byte prefix and HTTP/2 framing).
+    pub last_push_bytes: usize,
 }
 
 impl View {
@@ -61,6 +64,7 @@ impl View {
             }
         }
         self.revision = snap.revision;
+        self.last_push_bytes = prost::Message::encoded_len(snap);
         true
     }
 }

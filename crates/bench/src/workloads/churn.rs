@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use gangway_wire::client::RestClient;
 use tokio::sync::Notify;
 
 use super::lineup::{self, Entry, OfSubscribers, Plan};
 use super::{Ctx, Params};
-use crate::drivers::{Deregister, GROUP, NAMESPACE, OnUpdate, Register, Serves, Subscribe, Update};
+use crate::drivers::rest_driver;
+use crate::drivers::{Deregister, OnUpdate, Register, Serves, Subscribe, Update};
 use crate::load;
 use crate::report::{Row, Table};
 use crate::system::{CpuMeter, Server, System};
@@ -143,6 +144,18 @@ async fn measure<D: Subscribe>(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec
     let producer = D::Producer::connect(server, 1).await?;
     let keeper = D::Producer::connect(server, 1).await?;
     D::Producer::register(&keeper, 0, &svc, "127.0.0.1", 1).await?;
+    // Nacos v1 leases last 15 s: beat them, as the SDKs do, while the run outlasts them (the
+    // churned ones until they are deregistered, the kept one to the end).
+    let _keeper_beats = Aborted(D::Producer::keep_alive(
+        &keeper,
+        &svc,
+        vec![("127.0.0.1".to_owned(), 1)],
+    ));
+    let churned_beats = Aborted(D::Producer::keep_alive(
+        &producer,
+        &svc,
+        (0..n).map(addr).collect(),
+    ));
     if !D::SENDS_LISTS {
         // Instances first, then the watches, which start from the full list.
         change_all::<D::Producer>(&producer, &svc, n, false).await?;
@@ -186,6 +199,7 @@ async fn measure<D: Subscribe>(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec
         );
     }
     let meter = CpuMeter::start(server);
+    drop(churned_beats);
     let t0 = Instant::now();
     *state.t0.lock().unwrap() = Some(t0);
     change_all::<D::Producer>(&producer, &svc, n, true).await?;
@@ -233,28 +247,36 @@ async fn laggards(server: &Server, svc: &str) -> String {
     if server.system != System::Gangway {
         return String::new();
     }
-    let url = format!(
-        "http://{}/v1/services/{svc}/subscribers?namespace={NAMESPACE}&group={GROUP}",
-        server.http,
-    );
-    let Ok(resp) = reqwest::get(url).await else {
+    let Ok(registry) = RestClient::new(&server.http.to_string()) else {
         return String::new();
     };
-    let Ok(v) = resp.json::<Value>().await else {
+    let Ok(table) = registry
+        .subscribers(&rest_driver::service(svc))
+        .await
+        .and_then(|reply| reply.parse())
+    else {
         return String::new();
     };
-    let revision = v["revision"].as_u64().unwrap_or(0);
-    let subs = v["subscribers"].as_array().cloned().unwrap_or_default();
+    let revision = table.revision;
+    let subs = table.subscribers;
     let pushed = subs
         .iter()
-        .filter(|s| s["pushed_revision"].as_u64() == Some(revision))
+        .filter(|s| s.pushed_revision == Some(revision))
         .count();
-    let acked = subs
-        .iter()
-        .filter(|s| s["acked_revision"].as_u64() == Some(revision))
-        .count();
+    let acked = subs.iter().filter(|s| s.acked_revision == revision).count();
     format!(
         "; server: {} subscribers, {pushed} pushed and {acked} acked the latest revision",
         subs.len()
     )
+}
+
+/// Aborts a [`Register::keep_alive`] task when dropped.
+struct Aborted(Option<tokio::task::AbortHandle>);
+
+impl Drop for Aborted {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }

@@ -99,7 +99,7 @@ pub async fn offline(ctx: &Context, args: OfflineArgs) -> Outcome {
     if args.wait {
         return run_drain(ctx, &instance, args.timeout, args.force).await;
     }
-    let reply = ctx.registry.offline(&instance, args.force).await?;
+    let reply = ctx.registry.offline(&instance.to_ref(), args.force).await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {
@@ -116,7 +116,10 @@ pub async fn offline(ctx: &Context, args: OfflineArgs) -> Outcome {
 pub async fn online(ctx: &Context, args: OnlineArgs) -> Outcome {
     let instance = args.instance.resolve_toward(&ctx.server).await?;
     if args.wait {
-        let reply = ctx.registry.online_wait(&instance, args.timeout).await?;
+        let reply = ctx
+            .registry
+            .online_wait(&instance.to_ref(), args.timeout)
+            .await?;
         let report = reply.parse()?;
         if ctx.json {
             output::emit_json(&reply.body)?;
@@ -129,7 +132,7 @@ pub async fn online(ctx: &Context, args: OnlineArgs) -> Outcome {
         }
         return complete_or_timeout(report.complete);
     }
-    let reply = ctx.registry.online(&instance).await?;
+    let reply = ctx.registry.online(&instance.to_ref()).await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {
@@ -149,7 +152,7 @@ pub async fn drain(ctx: &Context, args: DrainArgs) -> Outcome {
 }
 
 async fn run_drain(ctx: &Context, inst: &InstanceArgs, timeout: Duration, force: bool) -> Outcome {
-    let reply = ctx.registry.drain(inst, timeout, force).await?;
+    let reply = ctx.registry.drain(&inst.to_ref(), timeout, force).await?;
     let report = reply.parse()?;
     if ctx.json {
         output::emit_json(&reply.body)?;

@@ -42,7 +42,10 @@ pub struct SubscribersArgs {
 
 /// `gangway list`.
 pub async fn list(ctx: &Context, args: ListArgs) -> Outcome {
-    let reply = ctx.registry.instances(&args.service, args.all).await?;
+    let reply = ctx
+        .registry
+        .instances(&args.service.to_ref(), args.all)
+        .await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {
@@ -71,7 +74,7 @@ pub async fn services(ctx: &Context, args: ServicesArgs) -> Outcome {
 
 /// `gangway subscribers`.
 pub async fn subscribers(ctx: &Context, args: SubscribersArgs) -> Outcome {
-    let reply = ctx.registry.subscribers(&args.service).await?;
+    let reply = ctx.registry.subscribers(&args.service.to_ref()).await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {

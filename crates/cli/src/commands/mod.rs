@@ -4,7 +4,9 @@
 
 use std::process::ExitCode;
 
-use crate::api::{ApiError, Registry};
+use gangway_client::ClientTls;
+use gangway_wire::client::{RestClient, RestError};
+
 use crate::error::{CliError, EXIT_OK};
 
 pub mod auth;
@@ -17,7 +19,7 @@ pub mod watch;
 #[derive(Debug, Clone)]
 pub struct Context {
     /// Client of the registry named by `--server`.
-    pub registry: Registry,
+    pub registry: RestClient,
     /// `--server` as given: where the route toward the registry leads
     /// ([`crate::route::local_ip_toward`]).
     pub server: String,
@@ -29,17 +31,25 @@ pub struct Context {
 pub type Outcome = Result<ExitCode, CliError>;
 
 impl Context {
-    /// A context for the registry at `server` (`host:port`, `https://host:port`) whose
-    /// requests carry `token` (`--token`, `GANGWAY_TOKEN`), with the TLS settings `tls`
+    /// A context for the registry at `server` (`host:port`, `http://` or `https://host:port`)
+    /// whose requests carry `token` (`--token`, `GANGWAY_TOKEN`), with the TLS settings `tls`
     /// (`--ca`, `--client-cert`, `--client-key`).
     pub fn new(
         server: &str,
         token: Option<&str>,
-        tls: &gangway_client::ClientTls,
+        tls: &ClientTls,
         json: bool,
-    ) -> Result<Self, ApiError> {
+    ) -> Result<Self, RestError> {
+        let mut builder = RestClient::builder(server)
+            .user_agent(concat!("gangway-cli/", env!("CARGO_PKG_VERSION")))
+            .token(token)
+            .ca_pem(tls.ca_pem.clone());
+        if let Some(id) = &tls.identity {
+            builder = builder.identity_pem(id.cert_pem.clone(), id.key_pem.clone());
+        }
+        let registry = builder.build()?;
         Ok(Self {
-            registry: Registry::new(server, token, tls)?,
+            registry,
             server: server.to_owned(),
             json,
         })

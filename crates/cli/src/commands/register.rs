@@ -4,10 +4,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use gangway_wire::client::RestError;
+use gangway_wire::rest::{ProbeRequest, RegisterRequest};
 use tokio::time::MissedTickBehavior;
 
 use super::{Context, Outcome, ok};
-use crate::api::{ApiError, Probe, RegisterRequest};
 use crate::args::{
     InstanceArgs, format_duration, parse_duration, parse_meta, parse_period, parse_weight,
 };
@@ -122,25 +123,27 @@ impl RegisterArgs {
                     "only HTTP probes have a path (use --probe http)",
                 ));
             }
-            (Some(ProbeKind::Tcp), None) => Some(Probe {
-                kind: "tcp".to_owned(),
-                path: None,
+            (Some(ProbeKind::Tcp), None) => Some(ProbeRequest {
+                kind: Some(gangway_core::model::ProbeKind::Tcp),
+                ..ProbeRequest::default()
             }),
-            (_, path) => Some(Probe {
-                kind: "http".to_owned(),
+            (_, path) => Some(ProbeRequest {
+                kind: Some(gangway_core::model::ProbeKind::Http),
                 path: path.clone(),
+                ..ProbeRequest::default()
             }),
         };
         Ok(RegisterRequest {
             ip: self.instance.addr.host.clone(),
-            port: self.instance.addr.port,
+            port: u32::from(self.instance.addr.port),
             cluster: self.instance.cluster.clone(),
             weight: self.weight,
             metadata,
-            ephemeral: !self.persistent,
+            ephemeral: Some(!self.persistent),
             ttl_ms: self.ttl.map(millis),
             delete_timeout_ms: self.delete_timeout.map(millis),
             probe,
+            ..RegisterRequest::default()
         })
     }
 }
@@ -148,7 +151,10 @@ impl RegisterArgs {
 /// `gangway register`.
 pub async fn register(ctx: &Context, args: RegisterArgs) -> Outcome {
     let body = args.request()?;
-    let reply = ctx.registry.register(&args.instance.service, &body).await?;
+    let reply = ctx
+        .registry
+        .register(&args.instance.service.to_ref(), &body)
+        .await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {
@@ -193,7 +199,10 @@ fn heartbeat_command(inst: &InstanceArgs) -> String {
 
 /// `gangway deregister`.
 pub async fn deregister(ctx: &Context, args: DeregisterArgs) -> Outcome {
-    let reply = ctx.registry.deregister(&args.instance, args.force).await?;
+    let reply = ctx
+        .registry
+        .deregister(&args.instance.to_ref(), args.force)
+        .await?;
     if ctx.json {
         output::emit_json(&reply.body)?;
     } else {
@@ -211,7 +220,7 @@ pub async fn heartbeat(ctx: &Context, args: HeartbeatArgs) -> Outcome {
     if args.once {
         let reply = ctx
             .registry
-            .heartbeat(&args.instance)
+            .heartbeat(&args.instance.to_ref())
             .await
             .map_err(lease_hint)?;
         if ctx.json {
@@ -241,7 +250,8 @@ async fn heartbeat_loop(
     every: Option<Duration>,
     again: Option<&RegisterRequest>,
 ) -> Outcome {
-    let first = ctx.registry.heartbeat(inst).await.map_err(lease_hint)?;
+    let target = inst.to_ref();
+    let first = ctx.registry.heartbeat(&target).await.map_err(lease_hint)?;
     let answer = first.parse()?;
     let ttl = Duration::from_millis(answer.ttl_ms);
     if let Some(every) = every.filter(|e| answer.ttl_ms > 0 && *e >= ttl) {
@@ -285,7 +295,7 @@ async fn heartbeat_loop(
             }
             _ = tick.tick() => {}
         }
-        match (ctx.registry.heartbeat(inst).await, again) {
+        match (ctx.registry.heartbeat(&target).await, again) {
             (Ok(reply), _) => {
                 if ctx.json {
                     output::emit_json(&reply.body)?;
@@ -305,8 +315,8 @@ async fn heartbeat_loop(
                     healthy = a.healthy;
                 }
             }
-            (Err(ApiError::Status { status: 404, .. }), Some(body)) => {
-                match ctx.registry.register(&inst.service, body).await {
+            (Err(RestError::Status { status: 404, .. }), Some(body)) => {
+                match ctx.registry.register(&target.service, body).await {
                     Ok(reply) => {
                         let change = reply.parse()?;
                         eprintln!(
@@ -335,30 +345,30 @@ async fn heartbeat_loop(
 }
 
 /// A 4xx answer: the registry refused, trying again will not help (a 5xx or no answer may pass).
-fn is_refusal(e: &ApiError) -> bool {
-    matches!(e, ApiError::Status { status, .. } if *status < 500)
+fn is_refusal(e: &RestError) -> bool {
+    matches!(e, RestError::Status { status, .. } if *status < 500)
 }
 
 /// Adds what to do to a 404 (instance gone) or 409 (not lease-kept) answer to a heartbeat.
-fn lease_hint(e: ApiError) -> ApiError {
+fn lease_hint(e: RestError) -> RestError {
     match e {
-        ApiError::Status {
+        RestError::Status {
             status: 404,
             code,
             message,
             field,
-        } => ApiError::Status {
+        } => RestError::Status {
             status: 404,
             code,
             message: format!("{message}; the instance is gone: register it again"),
             field,
         },
-        ApiError::Status {
+        RestError::Status {
             status: 409,
             code,
             message,
             field,
-        } => ApiError::Status {
+        } => RestError::Status {
             status: 409,
             code,
             message: format!("{message}; only ephemeral HTTP registrations take heartbeats"),

@@ -5,7 +5,6 @@ use std::time::{Duration, SystemTime};
 use clap::Args;
 
 use super::{Context, Outcome, ok};
-use crate::api::ApiError;
 use crate::args::{ServiceArgs, format_duration, parse_count};
 use crate::output;
 
@@ -38,7 +37,8 @@ pub async fn watch(ctx: &Context, args: WatchArgs) -> Outcome {
     if args.count == Some(0) {
         return ok();
     }
-    let mut stream = ctx.registry.watch(&args.service).await?;
+    let service = args.service.to_ref();
+    let mut stream = ctx.registry.watch(&service).await?;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     let mut seen = 0u64;
@@ -63,7 +63,7 @@ pub async fn watch(ctx: &Context, args: WatchArgs) -> Outcome {
                     }
                 }
                 Ok(None) => break "the registry closed the watch stream".to_owned(),
-                Err(e) if retryable(&e) => break e.to_string(),
+                Err(e) if e.is_retryable() => break e.to_string(),
                 Err(e) => return Err(e.into()),
             }
         };
@@ -74,24 +74,13 @@ pub async fn watch(ctx: &Context, args: WatchArgs) -> Outcome {
                 () = tokio::time::sleep(backoff) => {}
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
-            match ctx.registry.watch(&args.service).await {
+            // No answer, a broken stream or a 5xx (a registry restarting) are worth another
+            // attempt; a 4xx or an answer from something else are not.
+            match ctx.registry.watch(&service).await {
                 Ok(s) => break s,
-                Err(e) if retryable(&e) => reason = e.to_string(),
+                Err(e) if e.is_retryable() => reason = e.to_string(),
                 Err(e) => return Err(e.into()),
             }
         };
-    }
-}
-
-/// Whether a broken or refused watch is worth another attempt: no answer, a broken stream or a
-/// 5xx (a registry restarting) are; a 4xx, an answer from something else or a failed TLS
-/// handshake (an untrusted certificate does not become trusted by waiting) are not.
-fn retryable(e: &ApiError) -> bool {
-    match e {
-        ApiError::Unreachable { .. } | ApiError::Timeout { .. } | ApiError::Transport { .. } => {
-            true
-        }
-        ApiError::Status { status, .. } => *status >= 500,
-        ApiError::NotRegistry { .. } | ApiError::Decode { .. } | ApiError::Tls { .. } => false,
     }
 }

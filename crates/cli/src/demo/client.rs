@@ -93,13 +93,22 @@ pub async fn subscribe_ready(
     Ok(subscription)
 }
 
-/// Runs the demo client and prints failures, view changes and the summary.
-pub async fn run(args: ClientArgs, tls: ClientTls) -> anyhow::Result<LoadReport> {
-    let mut config = ClientConfig::new(args.registry.clone()).with_client_name("demo-client");
-    config.tls = tls;
-    let client = Client::connect(config)
-        .await
-        .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
+/// Runs the demo client and prints failures, view changes and the summary; `token` is sent
+/// on its session (`--token`), `tls` is its TLS toward an `https://` registry (`--ca`,
+/// `--client-cert`, `--client-key`).
+pub async fn run(
+    args: ClientArgs,
+    token: Option<String>,
+    tls: ClientTls,
+) -> anyhow::Result<LoadReport> {
+    let client = Client::connect(
+        ClientConfig::new(args.registry.clone())
+            .with_client_name("demo-client")
+            .with_optional_token(token)
+            .with_tls(tls),
+    )
+    .await
+    .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
     let subscription = subscribe_ready(&client, &args.service, args.min_instances).await?;
     let http = HttpClient::new(client.clone(), args.pipeline.http_config(args.timeout))
         .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -31,6 +31,9 @@ use clap::{Args, ValueEnum};
 use gangway_client::tower::{DrainSignal, DrainingLayer};
 use gangway_client::{Client, ClientConfig, ClientTls};
 use gangway_core::model::{InstanceKey, ServiceKey};
+use gangway_wire::ErrorCode;
+use gangway_wire::client::{InstanceRef, RestClient, ServiceRef};
+use gangway_wire::rest::RegisterRequest;
 use tokio::time::Instant;
 
 use crate::args::parse_duration;
@@ -184,8 +187,9 @@ async fn control_heal(State(d): State<Demo>) -> &'static str {
     "healed"
 }
 
-/// Runs the demo service until SIGTERM/SIGINT.
-pub async fn run(args: ServiceArgs, tls: ClientTls) -> anyhow::Result<()> {
+/// Runs the demo service until SIGTERM/SIGINT; `token` is sent on its session (`--token`),
+/// `tls` is its TLS toward an `https://` registry (`--ca`, `--client-cert`, `--client-key`).
+pub async fn run(args: ServiceArgs, token: Option<String>, tls: ClientTls) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("bind {}", args.listen))?;
@@ -222,12 +226,14 @@ pub async fn run(args: ServiceArgs, tls: ClientTls) -> anyhow::Result<()> {
         println!("ready name={name} addr={addr}");
         return serve_until_signal(listener, app, &draining).await;
     }
-    let mut config =
-        ClientConfig::new(args.registry.clone()).with_client_name(format!("demo-service {name}"));
-    config.tls = tls;
-    let client = Client::connect(config)
-        .await
-        .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
+    let client = Client::connect(
+        ClientConfig::new(args.registry.clone())
+            .with_client_name(format!("demo-service {name}"))
+            .with_optional_token(token)
+            .with_tls(tls),
+    )
+    .await
+    .with_context(|| format!("cannot reach the registry at {}", args.registry))?;
     let service = ServiceKey::named(&args.service);
     let instance = InstanceKey::new(&addr.ip().to_string(), addr.port(), "");
     let registration = client
@@ -264,7 +270,7 @@ pub async fn run(args: ServiceArgs, tls: ClientTls) -> anyhow::Result<()> {
         match registration.drain(args.drain_timeout, true).await {
             Ok(report) => println!(
                 "drained waited_ms={} complete={} acked={} laggards={}",
-                report.waited.as_millis(),
+                report.waited_ms,
                 report.complete,
                 report.acked.len(),
                 report.laggards.len()
@@ -321,34 +327,26 @@ async fn run_classic(
     name: String,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let base = if registry_http.starts_with("http") {
-        registry_http.trim_end_matches('/').to_owned()
-    } else {
-        format!("http://{registry_http}")
-    };
-    let http = reqwest::Client::new();
+    let registry = RestClient::new(registry_http)?;
     let delete_timeout = args.lease_delete_timeout.unwrap_or(ttl * 2).max(ttl);
-    let instances = format!("{base}/v1/services/{}/instances", args.service);
-    let response = http
-        .post(&instances)
-        .json(&serde_json::json!({
-            "ip": addr.ip().to_string(),
-            "port": addr.port(),
-            "ttl_ms": ttl.as_millis() as u64,
-            "delete_timeout_ms": delete_timeout.as_millis() as u64,
-            "metadata": { "name": name },
-        }))
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the registry at {registry_http}"))?;
-    anyhow::ensure!(
-        response.status().is_success(),
-        "register refused: HTTP {} {}",
-        response.status(),
-        response.text().await.unwrap_or_default()
+    let instance = InstanceRef::new(
+        ServiceRef::named(&args.service),
+        &addr.ip().to_string(),
+        addr.port(),
     );
+    let body = RegisterRequest {
+        ip: instance.ip.clone(),
+        port: u32::from(addr.port()),
+        ttl_ms: Some(ttl.as_millis() as u64),
+        delete_timeout_ms: Some(delete_timeout.as_millis() as u64),
+        metadata: [("name".to_owned(), name.clone())].into(),
+        ..RegisterRequest::default()
+    };
+    registry
+        .register(&instance.service, &body)
+        .await
+        .context("register")?;
     println!("ready name={name} addr={addr}");
-    let heartbeat_url = format!("{instances}/{addr}/heartbeat");
     // Heartbeats every TTL/3, as a Nacos v1 or Eureka client does. A 404 (deregistered by
     // someone else) stops them: the instance does not come back by itself. SIGUSR1 sends one
     // at once and restarts the interval from there: `gangway lab` uses it to set the phase of
@@ -363,8 +361,8 @@ async fn run_classic(
                 _ = usr1.recv() => {}
             }
             next = tokio::time::Instant::now() + period;
-            match http.put(&heartbeat_url).send().await {
-                Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => break,
+            match registry.heartbeat(&instance).await {
+                Err(e) if e.code() == Some(&ErrorCode::NotFound) => break,
                 _ => {}
             }
         }

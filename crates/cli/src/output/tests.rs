@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::api::{Instance, ServiceSummary, Subscriber, SubscriberAck};
+use gangway_wire::rest::{Service, Subscriber, SubscriberAck};
 
 fn inst(ip: &str, port: u16, healthy: bool) -> Instance {
     Instance {
@@ -95,7 +95,7 @@ ADDRESS      CLUSTER  WEIGHT  HEALTHY  ENABLED  EPHEMERAL  METADATA
 #[test]
 fn services_table_shows_counts_and_a_dash_for_no_kind() {
     let list = ServiceList {
-        services: vec![ServiceSummary {
+        services: vec![Service {
             namespace: "public".into(),
             group: "DEFAULT_GROUP".into(),
             service: "orders".into(),
@@ -104,7 +104,9 @@ fn services_table_shows_counts_and_a_dash_for_no_kind() {
             instances: 2,
             serving: 1,
             subscribers: 4,
+            states: Default::default(),
             protect_threshold: 0.5,
+            metadata: BTreeMap::new(),
         }],
     };
     let expected = "\
@@ -187,6 +189,8 @@ fn subscribers_show_who_is_behind() {
                 acked_revision: 9,
                 acked_at_ms: Some(0),
                 pushed_revision: Some(9),
+                behind: 0,
+                lag_ms: None,
             },
             Subscriber {
                 id: "2".into(),
@@ -196,6 +200,8 @@ fn subscribers_show_who_is_behind() {
                 acked_revision: 8,
                 acked_at_ms: None,
                 pushed_revision: None,
+                behind: 1,
+                lag_ms: Some(1_200),
             },
         ],
     };

@@ -191,6 +191,8 @@ struct Plan {
     registry: String,
     /// TLS toward an `https://` registry (the global `--ca`, `--client-cert`, `--client-key`).
     tls: ClientTls,
+    /// The registry's API token (`--token`), sent on the session.
+    token: Option<String>,
 }
 
 /// A bad argument: the flag at fault and the line that says what is wrong.
@@ -260,6 +262,7 @@ impl Plan {
                 ),
                 check,
                 registry,
+                token: None,
                 args,
                 tls: ClientTls::default(),
             }),
@@ -282,7 +285,15 @@ impl Plan {
 /// [`CliError::Usage`] naming every bad argument at once; what prevents the wrapper from
 /// starting at all (no signal handler, the readiness port taken, the program not found).
 /// Everything later is a logged step and an exit status.
-pub async fn run(args: RunArgs, json: bool, tls: ClientTls) -> anyhow::Result<ExitCode> {
+///
+/// `token`: the registry's API token (`--token`, `GANGWAY_TOKEN`), sent on the session; `tls`:
+/// TLS toward an `https://` registry (`--ca`, `--client-cert`, `--client-key`).
+pub async fn run(
+    args: RunArgs,
+    json: bool,
+    token: Option<String>,
+    tls: ClientTls,
+) -> anyhow::Result<ExitCode> {
     // Bad arguments go out as every other command's: one line, exit 2.
     let mut plan = Plan::new(args).map_err(|problems| CliError::Usage {
         field: problems.first().map(|(field, _)| (*field).to_owned()),
@@ -293,6 +304,7 @@ pub async fn run(args: RunArgs, json: bool, tls: ClientTls) -> anyhow::Result<Ex
             .join("; "),
     })?;
     plan.tls = tls;
+    plan.token = token;
     let events = Arc::new(Events::new(json));
     // Handlers first: a signal during start-up must reach the drain logic, not kill us.
     let mut term = signal(SignalKind::terminate())?;
@@ -363,10 +375,12 @@ async fn lifecycle(
         }
     }
     // 2. Register on a session.
-    let mut config = ClientConfig::new(plan.registry.clone())
-        .with_client_name(format!("gangway run {}", plan.service));
-    config.tls = plan.tls.clone();
-    let connect = Client::connect(config);
+    let connect = Client::connect(
+        ClientConfig::new(plan.registry.clone())
+            .with_client_name(format!("gangway run {}", plan.service))
+            .with_optional_token(plan.token.clone())
+            .with_tls(plan.tls.clone()),
+    );
     let client = tokio::select! {
         name = next_signal(term, int) => {
             events.signalled(name);
@@ -403,7 +417,11 @@ async fn lifecycle(
         Ok(r) => Some(r),
         Err(e) => {
             stop_child(child, args, events, Some(&client)).await;
-            events.give_up(e.code().unwrap_or("register_failed"), &e.to_string(), None);
+            events.give_up(
+                e.code().map_or("register_failed", |c| c.as_str()),
+                &e.to_string(),
+                None,
+            );
             return EXIT_FAILURE;
         }
     };
@@ -533,7 +551,7 @@ async fn shut_down(
                 "drained",
                 &[
                     ("revision", report.revision.into()),
-                    ("waited_ms", (report.waited.as_millis() as u64).into()),
+                    ("waited_ms", report.waited_ms.into()),
                     ("complete", report.complete.into()),
                     ("acked", report.acked.len().into()),
                     ("laggards", laggards(&report)),
@@ -614,7 +632,7 @@ fn ready(readiness: &Readiness, events: &Events, report: &ReadyReport) {
         "ready",
         &[
             ("revision", report.revision.into()),
-            ("waited_ms", (report.waited.as_millis() as u64).into()),
+            ("waited_ms", report.waited_ms.into()),
             ("acked", report.acked.len().into()),
         ],
     );

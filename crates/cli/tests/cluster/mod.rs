@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -284,6 +285,31 @@ impl DemoService {
             proc,
         }
     }
+}
+
+/// Runs `gangway auth --file FILE ARGS` (standard input: `stdin`); returns its stdout.
+pub fn gangway_auth(file: &Path, args: &[&str], stdin: &str) -> String {
+    let mut child = std::process::Command::new(GANGWAY)
+        .args(["auth", "--file", file.to_str().unwrap()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gangway auth");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().expect("gangway auth");
+    assert!(
+        out.status.success(),
+        "gangway auth {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 /// Polling with a deadline (not every test file polls).

@@ -211,6 +211,26 @@ impl Authority {
         Ok((token, principal))
     }
 
+    /// Checks a user's password (argon2, on a blocking thread): the user's principal. For a
+    /// login that keeps its own session (the web console).
+    ///
+    /// Errors: 401 for an unknown user or a wrong password (the same answer for both), and
+    /// when authentication is off.
+    pub async fn check_password(&self, user: &str, password: &str) -> Result<Principal, AuthError> {
+        self.password(user, password).await
+    }
+
+    /// The principal of user `name` with its grants as the file says now: `None` when
+    /// authentication is off or there is no such user (any more: removed at a reload). For
+    /// sessions that outlive a reload (the web console's).
+    pub fn user(&self, name: &str) -> Option<Principal> {
+        let db = Self::db(self.shared.as_ref()?);
+        db.users.get(name).map(|u| Principal {
+            name: u.name.clone(),
+            grants: u.grants.clone(),
+        })
+    }
+
     fn token(&self, s: &Shared, token: &str) -> Result<Principal, AuthError> {
         let bad = || AuthError::Unauthenticated("invalid or expired token".into());
         let db = Self::db(s);

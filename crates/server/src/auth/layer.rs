@@ -2,7 +2,8 @@
 //!
 //! It takes the credentials from `Authorization: Bearer <token>` or `Basic <user:password>`,
 //! or, under `/nacos/`, from the `accessToken` query or form parameter (or header) as the Nacos
-//! SDKs send it; turns them into a [`Caller`] (401 when they are not valid) and puts it in the
+//! SDKs send it, or elsewhere from the web console's session cookie (with its CSRF header on
+//! mutations, [`crate::console`]); turns them into a [`Caller`] (401 when they are not valid) and puts it in the
 //! request's extensions for the route's one decision ([`Caller::allow`]). It also refuses what
 //! a web page on another site could send without a CORS preflight (docs/security.md, "Browser
 //! requests").
@@ -29,6 +30,9 @@ pub struct AuthLayerState {
     /// Auth is off on a non-loopback address (`--insecure-no-auth`): credential-less Nacos
     /// forms are refused too, since any web page may reach the port.
     pub exposed: bool,
+    /// The web console's sessions: its cookie is a third way to carry a user's credentials
+    /// (outside `/nacos/`), with a CSRF header on every mutation.
+    pub console: crate::console::Sessions,
 }
 
 /// The middleware (`axum::middleware::from_fn_with_state`).
@@ -44,6 +48,9 @@ pub async fn authenticate(
 }
 
 async fn prepare(state: &AuthLayerState, request: Request) -> Result<Request, ApiError> {
+    if !state.authority.is_on() && !state.exposed {
+        check_host(&request)?;
+    }
     let nacos = request.uri().path().starts_with("/nacos/");
     let header_credentials = from_authorization(request.headers())?;
     let (mut request, nacos_token) = if nacos && header_credentials.is_none() {
@@ -58,8 +65,17 @@ async fn prepare(state: &AuthLayerState, request: Request) -> Result<Request, Ap
         nacos_token.is_some(),
         nacos,
     )?;
+    // Without an Authorization header, a console session cookie; its mutations need the CSRF
+    // header too (crate::console::Sessions::caller).
+    let from_cookie = match (&header_credentials, nacos) {
+        (None, false) => state.console.caller(&state.authority, &request)?,
+        _ => None,
+    };
     let credentials = header_credentials.or(nacos_token.map(Credentials::Token));
-    let caller = state.authority.authenticate(credentials).await?;
+    let caller = match from_cookie {
+        Some(caller) => caller,
+        None => state.authority.authenticate(credentials).await?,
+    };
     request.extensions_mut().insert(caller);
     Ok(request)
 }
@@ -148,6 +164,52 @@ async fn nacos_access_token(request: Request) -> Result<(Request, Option<String>
         })?;
     let token = std::str::from_utf8(&bytes).ok().and_then(access_token_in);
     Ok((Request::from_parts(parts, Body::from(bytes)), token))
+}
+
+/// Without auth, a loopback server answers only requests whose `Host` (HTTP/2: `:authority`)
+/// is an IP address or `localhost` (also `*.localhost`), with any port; others get 403 rule
+/// `host`. A web page whose DNS name an attacker points at 127.0.0.1 (DNS rebinding) is
+/// same-origin to the browser and could otherwise send any request to the registry, JSON
+/// included; its requests carry the attacker's name. A request without a host passes (no
+/// browser sends one). With auth on the credentials decide, and `--insecure-no-auth` has
+/// opened the port to every page anyway.
+fn check_host(request: &Request) -> Result<(), ApiError> {
+    let authority = match request.headers().get(header::HOST) {
+        Some(value) => value.to_str().ok(),
+        None => match request.uri().authority() {
+            Some(authority) => Some(authority.as_str()),
+            None => return Ok(()),
+        },
+    };
+    if authority.and_then(host_of).is_some_and(host_is_local) {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden {
+        rule: "host",
+        message: "without auth the registry answers only requests to an IP address or \
+                  localhost (Host header), so that no web page can reach it by DNS rebinding; \
+                  use the address, or turn auth on (--auth)"
+            .into(),
+    })
+}
+
+/// The host part of a `Host` value: without its port, an IPv6 literal without its brackets.
+fn host_of(authority: &str) -> Option<&str> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return (after.is_empty() || after.starts_with(':')).then_some(host);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => Some(host),
+        Some(_) => None,
+        None => Some(authority),
+    }
+}
+
+/// An IP address, `localhost` or a name under `.localhost` (RFC 6761: always loopback).
+fn host_is_local(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    host.parse::<std::net::IpAddr>().is_ok() || host == "localhost" || host.ends_with(".localhost")
 }
 
 /// Refuses what a page on another site could make a browser send without a CORS preflight: a

@@ -3,33 +3,16 @@
 
 use std::time::Duration;
 
-use gangway_core::drain::{AckProgress, SubscriberAck};
+use gangway_core::drain::AckProgress;
 use gangway_core::model::{InstanceKey, ServiceKey};
-use serde::Serialize;
 use tokio::time::Instant;
 
 use super::RegistryError;
 use super::state::State;
 use super::{Patch, Registry};
 
-/// The outcome of a drain (every live subscriber acked a revision *without* the instance) or
-/// of a readiness wait (every live subscriber acked a revision *with* it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DrainReport {
-    /// Revision waited for: subscribers had to ack this or later. For a drain the first
-    /// revision that excludes the instance, for a readiness wait one that contains it.
-    pub revision: u64,
-    /// Time waited for acks, ms.
-    pub waited_ms: u64,
-    /// Every live subscriber acked (false: the timeout ended the wait).
-    pub complete: bool,
-    /// Subscribers that acked `revision` or later.
-    pub acked: Vec<SubscriberAck>,
-    /// Subscribers that had not when the wait ended.
-    pub laggards: Vec<SubscriberAck>,
-    /// Readable remarks (for example: no subscriber at all).
-    pub notes: Vec<String>,
-}
+/// The outcome of a drain or readiness wait: the shared report, written once.
+pub use gangway_core::drain::DrainReport;
 
 impl Registry {
     /// Sets the instance offline, then waits until every live subscriber of its service has
@@ -57,9 +40,11 @@ impl Registry {
         };
         let (revision, _) = self.update(service, key, patch).await?;
         self.inner.metrics.drains_started.inc();
+        let tracker = self.track_drain(service, key, revision, started, timeout);
         let progress = self
             .wait_acks(service, revision, started + timeout, None)
             .await;
+        tracker.end(&progress);
         let waited = started.elapsed();
         let complete = progress.is_complete();
         self.inner.metrics.drain_wait.observe(waited.as_secs_f64());

@@ -6,8 +6,10 @@
 //! keep the last view they were sent meanwhile.
 //!
 //! A stall is a jump of the process's monotonic clock between two ticks of its own timer by
-//! more than [`Config::stall_threshold`](crate::Config::stall_threshold): SIGSTOP, a VM pause,
-//! swapping. Every peer's timers ran on during it, the registry's did not; so the registry
+//! more than [`Config::stall_threshold`](crate::Config::stall_threshold) during which the
+//! process itself hardly ran (less than half the gap in CPU time, [`STALL_CPU_SHARE`]):
+//! SIGSTOP, a VM pause, swapping. A gap the process spent working (its threads busy, as under a
+//! burst of pushes on a small machine) is no stall: its peers' clocks ran at its own pace. Every peer's timers ran on during it, the registry's did not; so the registry
 //! treats it like a restart, as etcd's lessor does after a leader change: every lease and
 //! poller is extended by the stall, snapshots are held back for
 //! [`Config::stall_recovery`](crate::Config::stall_recovery), sessions that end meanwhile
@@ -42,6 +44,18 @@ impl Holds {
     }
 }
 
+/// A clock gap counts as a stall only when the process used less CPU time than this share of
+/// it: a stopped process uses none.
+pub(crate) const STALL_CPU_SHARE: f64 = 0.5;
+
+/// The CPU time the process has used (`CLOCK_PROCESS_CPUTIME_ID`, every thread); zero where
+/// it cannot be read, which makes every gap over the threshold a stall, as before.
+pub(crate) fn process_cpu_time() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
+}
+
 /// The stall detector's clock.
 pub(crate) struct StallClock {
     inner: Mutex<ClockState>,
@@ -50,6 +64,8 @@ pub(crate) struct StallClock {
 struct ClockState {
     /// The last time the registry looked at its clock (timer tick or a removal path).
     last_seen: Instant,
+    /// The process's CPU time then.
+    last_cpu: Duration,
     /// Set while recovering from a stall: the recovery ends then.
     recovering_until: Option<Instant>,
     /// Bumped on every stall; a probe that spans a change discards its result.
@@ -61,6 +77,7 @@ impl StallClock {
         Self {
             inner: Mutex::new(ClockState {
                 last_seen: now,
+                last_cpu: process_cpu_time(),
                 recovering_until: None,
                 epoch: 0,
             }),
@@ -69,7 +86,9 @@ impl StallClock {
 
     /// Starts the clock again at `now` (after loading the store, which is no stall).
     pub(crate) fn reset(&self, now: Instant) {
-        self.lock().last_seen = now;
+        let mut clock = self.lock();
+        clock.last_seen = now;
+        clock.last_cpu = process_cpu_time();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
@@ -92,12 +111,21 @@ impl Registry {
     /// removes or expires something, before it does, so that whichever task runs first after a
     /// stall notices it.
     pub(crate) fn observe_clock(&self, now: Instant) -> ClockReading {
+        self.observe_clock_at(now, process_cpu_time())
+    }
+
+    /// [`observe_clock`](Self::observe_clock) with the process's CPU time `cpu` read by the
+    /// caller: a gap over the threshold is a stall when the CPU time grew by less than
+    /// [`STALL_CPU_SHARE`] of it.
+    pub(crate) fn observe_clock_at(&self, now: Instant, cpu: Duration) -> ClockReading {
         let threshold = self.inner.config.stall_threshold;
         let stall = {
             let mut clock = self.inner.clock.lock();
             let gap = now.saturating_duration_since(clock.last_seen);
+            let worked = cpu.saturating_sub(clock.last_cpu);
             clock.last_seen = clock.last_seen.max(now);
-            if gap > threshold {
+            clock.last_cpu = clock.last_cpu.max(cpu);
+            if gap > threshold && worked.as_secs_f64() < gap.as_secs_f64() * STALL_CPU_SHARE {
                 clock.epoch += 1;
                 clock.recovering_until = Some(now + self.inner.config.stall_recovery);
                 Some(gap)

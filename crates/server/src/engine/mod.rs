@@ -11,7 +11,7 @@
 //!
 //! Files: `state` (the state and its race-proof rules), `service` (one service: tally,
 //! snapshot, change log), `instances` (changes), `sessions`, `subscribers` (table and push
-//! streams), `drain` (ack waits), `durable` (group commit), `hold` (warm-up, stalls,
+//! streams), `drain` (ack waits), `live_drains` (drains in progress, for listings), `durable` (group commit), `hold` (warm-up, stalls,
 //! shutdown), `background` (expiry), `probe`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +35,7 @@ mod error;
 mod hold;
 mod instances;
 mod leases;
+mod live_drains;
 mod probe;
 mod service;
 mod sessions;
@@ -46,7 +47,9 @@ mod tests;
 
 pub use drain::DrainReport;
 pub use error::RegistryError;
+pub use live_drains::{Activity, DrainProgress, DrainState, LAGGARDS_LISTED, RECENT_DRAINS};
 pub use service::{CHANGE_LOG_LEN, Delta, Push, Snapshot};
+pub use sessions::{Kept, SessionInfo};
 pub use shutdown::CloseReport;
 pub use subscribers::{SubscriberInfo, SubscriberKind, SubscriberRow};
 
@@ -124,6 +127,11 @@ pub struct Entry {
     /// The principal that registered it (docs/security.md): it may always take it out; others
     /// need `admin`. `None` without auth, and for persistent instances loaded from the store.
     pub owner: Option<String>,
+    /// Unix ms since which its current keeper keeps it: its registration, kept by a
+    /// re-registration through the same session, lease or probe (a heartbeat, an SDK's redo),
+    /// new when another session takes it over. For persistent instances loaded from the store:
+    /// the load.
+    pub since_ms: u64,
 }
 
 /// A change to an existing instance; `None` fields stay as they are.
@@ -163,6 +171,10 @@ pub struct ServiceSummary {
     pub serving: usize,
     /// Live subscribers.
     pub subscribers: usize,
+    /// Instance counts: enabled, enabled and healthy, serving (so offline = `instances -
+    /// enabled`, unhealthy = `enabled - healthy`, weight 0 = `healthy - serving`, as
+    /// `/metrics` counts the states).
+    pub tally: gangway_core::Tally,
     /// Settings.
     pub settings: ServiceSettings,
 }
@@ -204,6 +216,7 @@ fn summary(s: &service::ServiceEntry) -> ServiceSummary {
         instances: s.instances.len(),
         serving: s.tally().serving,
         subscribers: s.subscribers.len(),
+        tally: s.tally(),
         settings: s.settings.clone(),
     }
 }

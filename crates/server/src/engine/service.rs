@@ -9,6 +9,7 @@ use std::sync::Arc;
 use gangway_core::model::{Instance, InstanceKey, Kind, ServiceKey, ServiceSettings};
 use gangway_core::{Tally, View};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::Entry;
 
@@ -88,8 +89,8 @@ pub(crate) struct ServiceEntry {
     pub(crate) subscribers: BTreeSet<String>,
     /// The snapshot at `revision`, once built.
     snapshot: Option<Arc<Snapshot>>,
-    /// (revision, what changed), oldest first, at most [`CHANGE_LOG_LEN`].
-    changes: VecDeque<(u64, Changed)>,
+    /// (revision, what changed, when), oldest first, at most [`CHANGE_LOG_LEN`].
+    changes: VecDeque<(u64, Changed, Instant)>,
     /// Every change after this revision is in `changes`.
     log_floor: u64,
     /// Whether the protect threshold fired at the last publish.
@@ -184,7 +185,7 @@ impl ServiceEntry {
             return Push::Full(self.snapshot());
         }
         let mut keys = BTreeSet::new();
-        for (revision, changed) in self.changes.iter().rev() {
+        for (revision, changed, _) in self.changes.iter().rev() {
             if *revision <= base {
                 break;
             }
@@ -262,13 +263,26 @@ impl ServiceEntry {
         self.protection_published = protection;
         self.revision = revision;
         self.snapshot = None;
-        self.changes.push_back((revision, changed));
+        self.changes.push_back((revision, changed, Instant::now()));
         while self.changes.len() > CHANGE_LOG_LEN {
-            if let Some((r, _)) = self.changes.pop_front() {
+            if let Some((r, _, _)) = self.changes.pop_front() {
                 self.log_floor = r;
             }
         }
         self.tx.send_replace(revision);
+    }
+
+    /// How far a subscriber that acked `acked` is behind: the revisions published since (at
+    /// most [`CHANGE_LOG_LEN`]: a subscriber further behind counts as that many) and when the
+    /// oldest of them was published (the log's oldest entry for one further behind). `None`
+    /// when it acked the current revision. O(log n) in the log's length.
+    pub(crate) fn behind(&self, acked: u64) -> Option<(usize, Instant)> {
+        if acked >= self.revision {
+            return None;
+        }
+        let first = self.changes.partition_point(|(r, _, _)| *r <= acked);
+        let (_, _, at) = self.changes.get(first).or(self.changes.back())?;
+        Some((self.changes.len() - first, *at))
     }
 
     /// Whether the protect threshold fires now.

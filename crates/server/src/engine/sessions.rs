@@ -9,7 +9,28 @@ use tokio::time::Instant;
 use super::hold::ClockReading;
 use super::service::Changed;
 use super::state::SessionEntry;
-use super::{Liveness, Registry};
+use super::{Entry, Liveness, Registry};
+
+/// An instance with the session that keeps it alive, if one does (`GET
+/// /v1/services/{service}/liveness`).
+#[derive(Debug, Clone)]
+pub struct Kept {
+    /// The instance, its liveness and owner.
+    pub entry: Entry,
+    /// For [`Liveness::Session`]: that session.
+    pub session: Option<SessionInfo>,
+}
+
+/// A session as listings show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Its id (`s<N>`).
+    pub id: String,
+    /// The client's own name (empty: none given).
+    pub client_name: String,
+    /// The client's `ip:port`.
+    pub peer: String,
+}
 
 impl Registry {
     /// Opens a session for a connected peer. Returns its id (`s<N>`). `client_id` identifies
@@ -99,6 +120,31 @@ impl Registry {
             recovering,
             "session closed"
         );
+    }
+
+    /// Every instance of a service, sorted by key, with the session keeping each alive, and
+    /// the revision (0 and empty if unknown). O(n) in the service's size.
+    pub fn kept(&self, service: &ServiceKey) -> (u64, Vec<Kept>) {
+        let state = self.lock();
+        let Some(s) = state.services.get(service) else {
+            return (0, Vec::new());
+        };
+        let kept = s
+            .instances
+            .values()
+            .map(|entry| Kept {
+                session: match &entry.liveness {
+                    Liveness::Session(id) => state.sessions.get(id).map(|s| SessionInfo {
+                        id: id.clone(),
+                        client_name: s.client_name.clone(),
+                        peer: s.peer.clone(),
+                    }),
+                    _ => None,
+                },
+                entry: entry.clone(),
+            })
+            .collect();
+        (s.revision, kept)
     }
 
     /// Number of live sessions.

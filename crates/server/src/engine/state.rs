@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::RegistryError;
 use super::leases::LeaseQueue;
+use super::live_drains::LiveDrains;
 use super::service::{Changed, ServiceEntry};
 use super::subscribers::Subscriber;
 use super::{Entry, Liveness, Registry};
@@ -71,6 +72,10 @@ pub(crate) struct State {
     /// A task is waiting to remove instances whose grace ended (`Registry::expire_grace_at`):
     /// one for the whole registry, set and cleared under this lock.
     pub(crate) grace_timer: bool,
+    /// Drains in progress and recently ended (`GET /v1/drains`).
+    pub(crate) drains: LiveDrains,
+    /// Acks and subscriber arrivals and departures seen (see [`Registry::activity`]).
+    pub(crate) acks_seen: u64,
 }
 
 /// What a [`Reservation`] holds.
@@ -359,7 +364,8 @@ impl State {
 
     /// Wakes the drains and readiness waits of these services (an ack arrived or a subscriber
     /// left).
-    pub(crate) fn notify_acks(&self, services: impl IntoIterator<Item = ServiceKey>) {
+    pub(crate) fn notify_acks(&mut self, services: impl IntoIterator<Item = ServiceKey>) {
+        self.acks_seen += 1;
         for key in services {
             if let Some(s) = self.services.get(&key) {
                 s.acks.send_modify(|n| *n = n.wrapping_add(1));
@@ -397,6 +403,12 @@ impl State {
             mark.gone_since = None;
         }
         let instance_key = instance.key.clone();
+        let since_ms = self
+            .services
+            .get(key)
+            .and_then(|s| s.instances.get(&instance_key))
+            .filter(|old| same_keeper(&old.liveness, &liveness))
+            .map_or_else(super::now_ms, |old| old.since_ms);
         match &liveness {
             Liveness::Session(owner) => {
                 if let Some(s) = self.sessions.get_mut(owner) {
@@ -413,6 +425,7 @@ impl State {
             instance,
             liveness,
             owner,
+            since_ms,
         });
         if let Some(Entry {
             liveness: Liveness::Session(old_owner),
@@ -482,6 +495,7 @@ impl State {
     }
 
     pub(crate) fn add_subscriber(&mut self, id: String, sub: Subscriber) {
+        self.acks_seen += 1;
         self.service(&sub.service).subscribers.insert(id.clone());
         if let Some(session) = sub.session.as_ref().and_then(|s| self.sessions.get_mut(s)) {
             session.subscribers.insert(id.clone());
@@ -500,6 +514,16 @@ impl State {
             session.subscribers.remove(id);
         }
         Some(sub)
+    }
+}
+
+/// Whether a re-registration with `new` keeps the instance with the keeper `old` had (its
+/// [`Entry::since_ms`] stays): the same session, or a lease or probe again.
+fn same_keeper(old: &Liveness, new: &Liveness) -> bool {
+    match (old, new) {
+        (Liveness::Session(a), Liveness::Session(b)) => a == b,
+        (Liveness::Lease(_), Liveness::Lease(_)) | (Liveness::Probe(_), Liveness::Probe(_)) => true,
+        _ => false,
     }
 }
 

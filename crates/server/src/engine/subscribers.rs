@@ -69,6 +69,8 @@ pub(crate) struct Subscriber {
     pub(crate) pushed_revision: u64,
     pub(crate) pushed_at: Option<Instant>,
     pub(crate) last_seen: Instant,
+    /// When it subscribed: it cannot lag behind what was published before.
+    pub(crate) since: Instant,
     /// Pollers only: forgotten after this long without a poll (`None`: the server's
     /// `poller_expiry`).
     pub(crate) expiry: Option<Duration>,
@@ -85,6 +87,7 @@ impl Subscriber {
             pushed_revision: 0,
             pushed_at: None,
             last_seen: Instant::now(),
+            since: Instant::now(),
             expiry: None,
         }
     }
@@ -107,6 +110,13 @@ pub struct SubscriberRow {
     pub acked_at_ms: Option<u64>,
     /// Newest revision pushed.
     pub pushed_revision: u64,
+    /// Revisions of the service published since its ack (0: it acked the current one), at
+    /// most [`CHANGE_LOG_LEN`](super::CHANGE_LOG_LEN).
+    pub behind: usize,
+    /// How long it has been behind, ms: since the oldest revision it has not acked was
+    /// published, or since it subscribed if that is later. `None` when it acked the current
+    /// revision.
+    pub lag_ms: Option<u64>,
     /// See [`SubscriberInfo::ignores_empty_lists`].
     #[serde(skip)]
     pub ignores_empty_lists: bool,
@@ -207,7 +217,8 @@ impl Registry {
     }
 
     /// An HTTP poll by a named poller: registers or refreshes it and counts the returned
-    /// revision as acked (DESIGN §4: pollers ack what they fetched).
+    /// revision as acked (DESIGN §4: pollers ack what they fetched). Its subscriber id is
+    /// `p-NAME@namespace/group/service`: one per name and service.
     pub fn poll(
         &self,
         service: &ServiceKey,
@@ -245,7 +256,9 @@ impl Registry {
     ) -> Result<gangway_core::View, RegistryError> {
         gangway_core::validate::name("subscriber", poller)?;
         gangway_core::validate::service_key(service)?;
-        let id = format!("p-{poller}");
+        // One poller per name *and service*: a consumer polling two services under one name
+        // acks each on its own (a poll of one service is no ack of the other's drain).
+        let id = format!("p-{poller}@{service}");
         let view = self.view(service);
         {
             let mut state = self.lock();
@@ -269,32 +282,33 @@ impl Registry {
         let Some(entry) = state.services.get(service) else {
             return Vec::new();
         };
+        let now = Instant::now();
         entry
             .subscribers
             .iter()
             .filter_map(|id| state.subscribers.get(id).map(|s| (id, s)))
-            .map(|(id, s)| SubscriberRow {
-                id: id.clone(),
-                address: s.info.address.clone(),
-                kind: s.info.kind,
-                client_name: s.info.client_name.clone(),
-                acked_revision: s.acked_revision,
-                acked_at_ms: s.acked_at_ms,
-                pushed_revision: s.pushed_revision,
-                ignores_empty_lists: s.info.ignores_empty_lists,
+            .map(|(id, s)| {
+                let behind = entry.behind(s.acked_revision);
+                SubscriberRow {
+                    behind: behind.map_or(0, |(n, _)| n),
+                    lag_ms: behind.map(|(_, at)| {
+                        now.saturating_duration_since(at.max(s.since)).as_millis() as u64
+                    }),
+                    id: id.clone(),
+                    address: s.info.address.clone(),
+                    kind: s.info.kind,
+                    client_name: s.info.client_name.clone(),
+                    acked_revision: s.acked_revision,
+                    acked_at_ms: s.acked_at_ms,
+                    pushed_revision: s.pushed_revision,
+                    ignores_empty_lists: s.info.ignores_empty_lists,
+                }
             })
             .collect()
     }
 
     pub(crate) fn subscriber_acks(&self, service: &ServiceKey) -> Vec<SubscriberAck> {
-        self.subscribers(service)
-            .into_iter()
-            .map(|r| SubscriberAck {
-                id: r.id,
-                address: r.address,
-                acked_revision: r.acked_revision,
-            })
-            .collect()
+        self.lock().subscriber_acks(service)
     }
 
     /// [`pushes`](Self::pushes) as whole views, for protocols without deltas (their

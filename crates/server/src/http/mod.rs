@@ -1,7 +1,7 @@
 //! The REST/JSON API under `/v1/` (docs/api.md), `/metrics` and `/v1/openapi.json`.
 //! Every error leaves through [`ApiError`], including malformed JSON and query strings.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -15,14 +15,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
-use gangway_core::model::{Instance, InstanceKey, ProbeSpec, ServiceKey};
+use gangway_core::model::{Instance, InstanceKey, ServiceKey};
 use gangway_core::{View, validate};
-use serde::{Deserialize, Serialize};
+use gangway_wire::rest;
+use serde::Deserialize;
 
 use crate::auth::{Caller, Rule};
 use crate::engine::{
-    DrainReport, Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo,
-    SubscriberKind, SubscriberRow,
+    Entry, LivenessRequest, Patch, Registry, ServiceSummary, SubscriberInfo, SubscriberKind,
+    SubscriberRow,
 };
 use crate::error::ApiError;
 use crate::serve::BodyTimeout;
@@ -47,7 +48,7 @@ struct AppState {
 /// [`MAX_BODY_BYTES`]).
 #[derive(FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
-struct ApiJson<T>(T);
+pub(crate) struct ApiJson<T>(pub(crate) T);
 
 /// Query string whose rejection is an [`ApiError`] (400, field `query`).
 #[derive(FromRequestParts)]
@@ -140,6 +141,8 @@ pub fn router(registry: Registry, prometheus: prometheus_client::registry::Regis
         .route("/v1/services/{service}/instances/{addr}/drain", post(drain))
         .route("/v1/services/{service}/subscribers", get(subscribers))
         .route("/v1/services/{service}/watch", get(watch))
+        .route("/v1/services/{service}/liveness", get(liveness::liveness))
+        .route("/v1/drains", get(drains::drains))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /v1/openapi.json") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -183,6 +186,20 @@ impl Scope {
         Ok(key)
     }
 
+    /// [`Scope::service`] for a route about the whole service (its settings, its list, a
+    /// registration, its subscribers, its watch), where `cluster` would address nothing: it is
+    /// refused instead of being ignored (a registration names its cluster in the body).
+    fn service_only(&self, name: &str) -> Result<ServiceKey, ApiError> {
+        if self.cluster.is_some() {
+            return Err(ApiError::invalid(
+                "cluster",
+                "is a parameter of instance paths (/instances/{ip}:{port}); a registration \
+                 names its cluster in the body",
+            ));
+        }
+        self.service(name)
+    }
+
     fn instance(&self, addr: &str) -> Result<InstanceKey, ApiError> {
         present("cluster", &self.cluster)?;
         let (ip, port) = validate::addr(addr)?;
@@ -195,14 +212,19 @@ impl Scope {
 /// `UP` (200), or `LOADING` (503) while the store is read at start.
 async fn health(State(s): State<AppState>) -> Response {
     let loading = s.registry.is_loading();
-    let body = Json(serde_json::json!({
-        "status": if loading { "LOADING" } else { "UP" },
-        "boot_id": s.registry.boot_id(),
-        "warming_up": s.registry.warming_up(),
-        "loading": loading,
-        "auth": if s.registry.config().security.authority.is_on() { "on" } else { "off" },
-        "tls": tls_mode(&s.registry.config().security),
-    }));
+    let body = Json(rest::Health {
+        status: if loading { "LOADING" } else { "UP" }.to_owned(),
+        boot_id: s.registry.boot_id().to_owned(),
+        warming_up: s.registry.warming_up(),
+        loading,
+        auth: if s.registry.config().security.authority.is_on() {
+            "on"
+        } else {
+            "off"
+        }
+        .to_owned(),
+        tls: tls_mode(&s.registry.config().security).to_owned(),
+    });
     if loading {
         (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
     } else {
@@ -244,54 +266,68 @@ async fn metrics(State(s): State<AppState>, caller: Caller) -> Response {
         .into_response()
 }
 
-#[derive(Serialize)]
-struct ServiceJson {
-    namespace: String,
-    group: String,
-    service: String,
-    kind: Option<gangway_core::Kind>,
-    revision: u64,
-    instances: usize,
-    serving: usize,
-    subscribers: usize,
-    protect_threshold: f64,
-    metadata: BTreeMap<String, String>,
-}
-
-impl From<ServiceSummary> for ServiceJson {
+impl From<ServiceSummary> for rest::Service {
     fn from(s: ServiceSummary) -> Self {
-        ServiceJson {
+        rest::Service {
             namespace: s.key.namespace,
             group: s.key.group,
             service: s.key.service,
             kind: s.kind,
             revision: s.revision,
-            instances: s.instances,
-            serving: s.serving,
-            subscribers: s.subscribers,
+            instances: s.instances as u64,
+            serving: s.serving as u64,
+            subscribers: s.subscribers as u64,
+            states: rest::StateCounts {
+                serving: s.tally.serving as u64,
+                unhealthy: (s.tally.enabled - s.tally.healthy) as u64,
+                offline: (s.instances - s.tally.enabled) as u64,
+                zero_weight: (s.tally.healthy - s.tally.serving) as u64,
+            },
             protect_threshold: s.settings.protect_threshold,
             metadata: s.settings.metadata,
         }
     }
 }
 
-async fn list_services(
-    State(s): State<AppState>,
-    caller: Caller,
-    ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    for (field, value) in [("namespace", &q.namespace), ("group", &q.group)] {
+/// The checks of a listing with optional exact-match `filters` (field, value): each given
+/// one is a valid name; rule `read` on `namespace` when given, and a caller without
+/// credentials is refused (401) when not (the listing is then filtered per namespace).
+fn allow_listing(
+    caller: &Caller,
+    namespace: &Option<String>,
+    filters: &[(&str, &Option<String>)],
+) -> Result<(), ApiError> {
+    for (field, value) in filters {
         if let Some(v) = value {
             present(field, value)?;
             validate::name(field, v)?;
         }
     }
-    if let Some(ns) = &q.namespace {
-        caller.allow(Rule::Read, ns, None)?;
-    } else if caller == Caller::Anonymous {
-        caller.allow(Rule::Read, "", None)?;
+    match namespace {
+        Some(ns) => caller.allow(Rule::Read, ns, None)?,
+        None if *caller == Caller::Anonymous => caller.allow(Rule::Read, "", None)?,
+        None => {}
     }
-    let services: Vec<ServiceJson> = s
+    Ok(())
+}
+
+async fn list_services(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<Scope>,
+) -> Result<Json<rest::ServiceList>, ApiError> {
+    if q.cluster.is_some() {
+        return Err(ApiError::invalid(
+            "cluster",
+            "is a parameter of instance paths, not of the service list",
+        ));
+    }
+    allow_listing(
+        &caller,
+        &q.namespace,
+        &[("namespace", &q.namespace), ("group", &q.group)],
+    )?;
+    let services = s
         .registry
         .services(q.namespace.as_deref(), q.group.as_deref())
         .into_iter()
@@ -299,7 +335,7 @@ async fn list_services(
         .filter(|svc| caller.allow(Rule::Read, &svc.key.namespace, None).is_ok())
         .map(Into::into)
         .collect();
-    Ok(Json(serde_json::json!({ "services": services })))
+    Ok(Json(rest::ServiceList { services }))
 }
 
 async fn get_service(
@@ -307,17 +343,10 @@ async fn get_service(
     caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<ServiceJson>, ApiError> {
-    let key = q.service(&name)?;
+) -> Result<Json<rest::Service>, ApiError> {
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Read, &key.namespace, None)?;
     Ok(Json(s.registry.service(&key)?.into()))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SettingsBody {
-    protect_threshold: Option<f64>,
-    metadata: Option<BTreeMap<String, String>>,
 }
 
 async fn put_service(
@@ -325,9 +354,9 @@ async fn put_service(
     caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-    ApiJson(body): ApiJson<SettingsBody>,
-) -> Result<Json<ServiceJson>, ApiError> {
-    let key = q.service(&name)?;
+    ApiJson(body): ApiJson<rest::SettingsRequest>,
+) -> Result<Json<rest::Service>, ApiError> {
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Service, &key.namespace, None)?;
     let mut settings = s.registry.settings(&key).unwrap_or_default();
     if let Some(t) = body.protect_threshold {
@@ -340,30 +369,13 @@ async fn put_service(
     Ok(Json(s.registry.service(&key)?.into()))
 }
 
-#[derive(Serialize)]
-struct InstanceJson {
-    #[serde(flatten)]
-    instance: Instance,
-    liveness: &'static str,
-}
-
-#[derive(Serialize)]
-struct ViewJson {
-    namespace: String,
-    group: String,
-    service: String,
-    revision: u64,
-    protection_triggered: bool,
-    warming_up: bool,
-    instances: Vec<InstanceJson>,
-}
-
-fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry]) -> ViewJson {
+/// The REST view of `key` at `view`, each instance with who keeps it alive (from `entries`).
+fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry]) -> rest::View {
     let liveness: HashMap<&InstanceKey, &'static str> = entries
         .iter()
         .map(|e| (&e.instance.key, e.liveness.as_str()))
         .collect();
-    ViewJson {
+    rest::View {
         namespace: key.namespace.clone(),
         group: key.group.clone(),
         service: key.service.clone(),
@@ -375,10 +387,7 @@ fn view_json(registry: &Registry, key: &ServiceKey, view: View, entries: &[Entry
             .into_iter()
             .map(|i| {
                 let liveness = liveness.get(&i.key).copied().unwrap_or("session");
-                InstanceJson {
-                    instance: i,
-                    liveness,
-                }
+                rest::Instance::from_domain(i, Some(liveness))
             })
             .collect(),
     }
@@ -390,8 +399,8 @@ async fn list_instances(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<ViewJson>, ApiError> {
-    let key = q.service(&name)?;
+) -> Result<Json<rest::View>, ApiError> {
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Read, &key.namespace, None)?;
     let (revision, entries) = s.registry.entries(&key);
     if q.all && q.subscriber.is_some() {
@@ -418,27 +427,12 @@ async fn list_instances(
     Ok(Json(view_json(&s.registry, &key, view, &entries)))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RegisterBody {
-    ip: String,
-    port: u32,
-    cluster: Option<String>,
-    weight: Option<f64>,
-    #[serde(default)]
-    metadata: BTreeMap<String, String>,
-    ephemeral: Option<bool>,
-    enabled: Option<bool>,
-    ttl_ms: Option<u64>,
-    delete_timeout_ms: Option<u64>,
-    probe: Option<ProbeSpec>,
-}
-
-#[derive(Serialize)]
-struct ChangeJson {
-    revision: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    instance: Option<Instance>,
+/// An instance change's answer: the revision and the instance as it now is.
+fn change(revision: u64, instance: Instance) -> Json<rest::InstanceChange> {
+    Json(rest::InstanceChange {
+        revision,
+        instance: instance.into(),
+    })
 }
 
 async fn register(
@@ -446,9 +440,9 @@ async fn register(
     caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-    ApiJson(body): ApiJson<RegisterBody>,
-) -> Result<Json<ChangeJson>, ApiError> {
-    let key = q.service(&name)?;
+    ApiJson(body): ApiJson<rest::RegisterRequest>,
+) -> Result<Json<rest::InstanceChange>, ApiError> {
+    let key = q.service_only(&name)?;
     validate::ip(&body.ip)?;
     let port = validate::port(body.port)?;
     present("cluster", &body.cluster)?;
@@ -479,7 +473,7 @@ async fn register(
                 "only ephemeral instances have a lease",
             ));
         }
-        LivenessRequest::Probe(body.probe.unwrap_or_default())
+        LivenessRequest::Probe(body.probe.map(rest::ProbeRequest::spec).unwrap_or_default())
     };
     caller.allow(
         Rule::Register,
@@ -491,20 +485,7 @@ async fn register(
         .registry
         .register_as(key, instance, liveness, caller)
         .await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: Some(instance),
-    }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PatchBody {
-    weight: Option<f64>,
-    metadata: Option<BTreeMap<String, String>>,
-    enabled: Option<bool>,
-    #[serde(default)]
-    force: bool,
+    Ok(change(revision, instance))
 }
 
 async fn update(
@@ -512,8 +493,8 @@ async fn update(
     caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    ApiJson(body): ApiJson<PatchBody>,
-) -> Result<Json<ChangeJson>, ApiError> {
+    ApiJson(body): ApiJson<rest::PatchRequest>,
+) -> Result<Json<rest::InstanceChange>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     allow_instance(&s.registry, &caller, &key, &instance)?;
     let patch = Patch {
@@ -524,10 +505,7 @@ async fn update(
         force: body.force,
     };
     let (revision, instance) = s.registry.update(&key, &instance, patch).await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: Some(instance),
-    }))
+    Ok(change(revision, instance))
 }
 
 /// The query of `DELETE .../instances/{addr}`: the scope, and `force` to remove an instance
@@ -547,7 +525,7 @@ async fn deregister(
     caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
-) -> Result<Json<ChangeJson>, ApiError> {
+) -> Result<Json<rest::Revision>, ApiError> {
     let scope = Scope {
         namespace: q.namespace,
         group: q.group,
@@ -557,10 +535,7 @@ async fn deregister(
     let (key, instance) = (scope.service(&name)?, scope.instance(&addr)?);
     allow_instance(&s.registry, &caller, &key, &instance)?;
     let revision = s.registry.deregister(&key, &instance, q.force).await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: None,
-    }))
+    Ok(Json(rest::Revision { revision }))
 }
 
 async fn heartbeat(
@@ -568,13 +543,14 @@ async fn heartbeat(
     caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<rest::HeartbeatAnswer>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     allow_instance(&s.registry, &caller, &key, &instance)?;
     let ttl = s.registry.heartbeat(&key, &instance)?;
-    Ok(Json(
-        serde_json::json!({ "ttl_ms": ttl.as_millis() as u64, "healthy": true }),
-    ))
+    Ok(Json(rest::HeartbeatAnswer {
+        ttl_ms: ttl.as_millis() as u64,
+        healthy: true,
+    }))
 }
 
 /// Rule `instance` for a change to an existing instance: its owner, or `admin`.
@@ -622,38 +598,20 @@ where
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct OfflineBody {
-    #[serde(default)]
-    force: bool,
-}
-
 async fn offline(
     State(s): State<AppState>,
     caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    OptionalJson(body): OptionalJson<OfflineBody>,
-) -> Result<Json<ChangeJson>, ApiError> {
+    OptionalJson(body): OptionalJson<rest::OfflineRequest>,
+) -> Result<Json<rest::InstanceChange>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     allow_instance(&s.registry, &caller, &key, &instance)?;
     let (revision, instance) = s
         .registry
         .set_enabled(&key, &instance, false, body.force)
         .await?;
-    Ok(Json(ChangeJson {
-        revision,
-        instance: Some(instance),
-    }))
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct OnlineBody {
-    #[serde(default)]
-    wait: bool,
-    timeout_ms: Option<u64>,
+    Ok(change(revision, instance))
 }
 
 async fn online(
@@ -661,29 +619,29 @@ async fn online(
     caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    OptionalJson(body): OptionalJson<OnlineBody>,
+    OptionalJson(body): OptionalJson<rest::OnlineRequest>,
 ) -> Result<Response, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     allow_instance(&s.registry, &caller, &key, &instance)?;
     let timeout = drain_timeout(&s.registry, body.timeout_ms);
+    if body.wait {
+        // An instance that cannot enter the view once enabled (unhealthy, weight 0) is refused
+        // before anything changes: a refused request leaves the registry as it was.
+        let current = s.registry.instance(&key, &instance)?;
+        if !current.healthy || current.weight <= 0.0 {
+            return Err(crate::engine::RegistryError::NotInView {
+                service: key,
+                instance,
+            }
+            .into());
+        }
+    }
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {
-        return Ok(Json(ChangeJson {
-            revision,
-            instance: Some(changed),
-        })
-        .into_response());
+        return Ok(change(revision, changed).into_response());
     }
     let report = s.registry.wait_ready(&key, &instance, timeout).await?;
     Ok(Json(report).into_response())
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct DrainBody {
-    timeout_ms: Option<u64>,
-    #[serde(default)]
-    force: bool,
 }
 
 /// A wait's timeout from `timeout_ms` (default: the server's `Config::drain_timeout`).
@@ -698,16 +656,16 @@ async fn drain(
     caller: Caller,
     ApiPath((name, addr)): ApiPath<(String, String)>,
     ApiQuery(q): ApiQuery<Scope>,
-    OptionalJson(body): OptionalJson<DrainBody>,
-) -> Result<Json<DrainReport>, ApiError> {
+    OptionalJson(body): OptionalJson<rest::DrainRequest>,
+) -> Result<Json<rest::DrainReport>, ApiError> {
     let (key, instance) = (q.service(&name)?, q.instance(&addr)?);
     allow_instance(&s.registry, &caller, &key, &instance)?;
     let timeout = drain_timeout(&s.registry, body.timeout_ms);
-    Ok(Json(
-        s.registry
-            .drain(&key, &instance, timeout, body.force)
-            .await?,
-    ))
+    let report = s
+        .registry
+        .drain(&key, &instance, timeout, body.force)
+        .await?;
+    Ok(Json(report))
 }
 
 async fn subscribers(
@@ -715,13 +673,37 @@ async fn subscribers(
     caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let key = q.service(&name)?;
+) -> Result<Json<rest::Subscribers>, ApiError> {
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Read, &key.namespace, None)?;
-    let rows: Vec<SubscriberRow> = s.registry.subscribers(&key);
-    Ok(Json(
-        serde_json::json!({ "revision": s.registry.view(&key).revision, "subscribers": rows }),
-    ))
+    Ok(Json(rest::Subscribers {
+        revision: s.registry.view(&key).revision,
+        subscribers: s
+            .registry
+            .subscribers(&key)
+            .into_iter()
+            .map(subscriber)
+            .collect(),
+    }))
+}
+
+fn subscriber(row: SubscriberRow) -> rest::Subscriber {
+    let kind = match row.kind {
+        SubscriberKind::Session => "session",
+        SubscriberKind::Watch => "watch",
+        SubscriberKind::Poller => "poller",
+    };
+    rest::Subscriber {
+        id: row.id,
+        address: row.address,
+        kind: kind.to_owned(),
+        client_name: Some(row.client_name),
+        acked_revision: row.acked_revision,
+        acked_at_ms: row.acked_at_ms,
+        pushed_revision: Some(row.pushed_revision),
+        behind: row.behind as u64,
+        lag_ms: row.lag_ms,
+    }
 }
 
 /// Unsubscribes a watcher when its SSE stream is dropped (client gone).
@@ -743,7 +725,7 @@ async fn watch(
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<Scope>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let key = q.service(&name)?;
+    let key = q.service_only(&name)?;
     caller.allow(Rule::Read, &key.namespace, None)?;
     let info = SubscriberInfo {
         client_name: poller_name(&caller, q.subscriber.as_deref().unwrap_or_default()),
@@ -780,6 +762,8 @@ async fn watch(
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(1))))
 }
 
+mod drains;
+mod liveness;
 pub mod loading;
 
 #[cfg(test)]

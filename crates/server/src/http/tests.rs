@@ -12,8 +12,10 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use gangway_core::model::{Instance, InstanceKey, ServiceKey};
+
 use crate::config::Config;
-use crate::engine::Registry;
+use crate::engine::{LivenessRequest, Registry};
 use crate::metrics::Metrics;
 
 const PEER: ([u8; 4], u16) = ([127, 0, 0, 1], 40_000);
@@ -289,6 +291,7 @@ async fn register_a_lease_kept_instance_and_list_it() {
         json!({"services": [{
             "namespace": "public", "group": "DEFAULT_GROUP", "service": "orders", "kind": "ephemeral",
             "revision": revision(&second), "instances": 2, "serving": 2, "subscribers": 0,
+            "states": {"serving": 2, "unhealthy": 0, "offline": 0, "zero_weight": 0},
             "protect_threshold": 0.0, "metadata": {}
         }]})
     );
@@ -884,6 +887,41 @@ async fn drain_with_an_empty_body_and_no_subscribers_completes() {
 }
 
 #[tokio::test]
+async fn a_poll_of_another_service_under_the_same_name_acks_nothing_here() {
+    // One consumer process, one poller name, two services: polling "billing" is no ack of a
+    // drain in "orders" (the poller is one per name and service).
+    let app = app();
+    for ip in ["10.0.0.1", "10.0.0.2"] {
+        app.lease("orders", ip).await;
+        app.lease("billing", ip).await;
+    }
+    app.ok(
+        Method::GET,
+        "/v1/services/orders/instances?subscriber=web",
+        None,
+    )
+    .await;
+    let drain = spawn_drain(&app, "10.0.0.1:8080", 300);
+    let billing = "/v1/services/billing/instances?subscriber=web";
+    for _ in 0..3 {
+        app.ok(Method::GET, billing, None).await;
+    }
+    let report = drain.await.unwrap();
+    assert_eq!(report["complete"], false, "{report}");
+    assert_eq!(
+        report["laggards"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
+    let subs = app
+        .ok(Method::GET, "/v1/services/billing/subscribers", None)
+        .await;
+    assert_eq!(
+        subs["subscribers"][0]["id"], "p-web@public/DEFAULT_GROUP/billing",
+        "{subs}"
+    );
+}
+
+#[tokio::test]
 async fn drain_waits_for_a_poller_to_fetch_and_reports_laggards_on_timeout() {
     let app = app();
     app.lease("orders", "10.0.0.1").await;
@@ -902,7 +940,10 @@ async fn drain_waits_for_a_poller_to_fetch_and_reports_laggards_on_timeout() {
         .await;
     assert_eq!(report["complete"], false);
     assert_eq!(report["acked"], json!([]));
-    assert_eq!(report["laggards"][0]["id"], "p-web");
+    assert_eq!(
+        report["laggards"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
     assert!(report["laggards"][0]["acked_revision"].as_u64().unwrap() < revision(&report));
     assert!(report["waited_ms"].as_u64().unwrap() >= 50);
     assert!(
@@ -915,19 +956,7 @@ async fn drain_waits_for_a_poller_to_fetch_and_reports_laggards_on_timeout() {
     );
 
     // This time the poller keeps polling: its next fetch acks the drain's revision.
-    let drain = tokio::spawn({
-        let router = app.router.clone();
-        async move {
-            let request = Request::post("/v1/services/orders/instances/10.0.0.2:8080/drain")
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(r#"{"timeout_ms": 10000}"#))
-                .unwrap();
-            let response = router.oneshot(request).await.unwrap();
-            assert_eq!(response.status(), StatusCode::OK);
-            let bytes = response.into_body().collect().await.unwrap().to_bytes();
-            serde_json::from_slice::<Value>(&bytes).unwrap()
-        }
-    });
+    let drain = spawn_drain(&app, "10.0.0.2:8080", 10_000);
     // The poller acks by polling again, until the drain is done.
     let done = gangway_testkit::poll(Duration::from_secs(5), || async {
         app.ok(
@@ -943,7 +972,10 @@ async fn drain_waits_for_a_poller_to_fetch_and_reports_laggards_on_timeout() {
     let report = drain.await.unwrap();
     assert_eq!(report["complete"], true, "{report}");
     assert_eq!(report["laggards"], json!([]));
-    assert_eq!(report["acked"][0]["id"], "p-web");
+    assert_eq!(
+        report["acked"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
     assert_eq!(report["acked"][0]["address"], "127.0.0.1:40000");
     assert!(report["acked"][0]["acked_revision"].as_u64().unwrap() >= revision(&report));
 }
@@ -973,7 +1005,7 @@ async fn a_poller_is_listed_as_subscriber_having_acked_what_it_fetched() {
         .await;
     assert_eq!(revision(&subs), revision(&view));
     let row = &subs["subscribers"][0];
-    assert_eq!(row["id"], "p-web-1");
+    assert_eq!(row["id"], "p-web-1@public/DEFAULT_GROUP/orders");
     assert_eq!(row["kind"], "poller");
     assert_eq!(row["client_name"], "web-1");
     assert_eq!(row["address"], "127.0.0.1:40000");
@@ -1393,6 +1425,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/services/{service}/instances/{addr}/drain"),
     ("get", "/v1/services/{service}/subscribers"),
     ("get", "/v1/services/{service}/watch"),
+    ("get", "/v1/services/{service}/liveness"),
+    ("get", "/v1/drains"),
 ];
 
 #[tokio::test]
@@ -1482,6 +1516,15 @@ async fn openapi_describes_exactly_the_routes_the_router_serves() {
             .unwrap_or_else(|| panic!("external $ref {r}"));
         assert!(spec.pointer(pointer).is_some(), "dangling $ref {r}");
     }
+
+    // The error codes are the shared enum's, all of them.
+    let codes = &spec["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]
+        ["enum"];
+    let known: Vec<Value> = gangway_wire::ErrorCode::KNOWN
+        .iter()
+        .map(|c| json!(c.as_str()))
+        .collect();
+    assert_eq!(codes, &Value::Array(known));
 }
 
 #[tokio::test]
@@ -1595,4 +1638,362 @@ async fn an_oversized_body_is_a_413_in_the_json_shape_and_changes_nothing() {
         wrong.len(),
         wrong.join("\n")
     );
+}
+
+/// Sends a drain through the router on a task (it waits for acks); the task answers the report.
+fn spawn_drain(app: &App, addr: &str, timeout_ms: u64) -> tokio::task::JoinHandle<Value> {
+    let router = app.router.clone();
+    let uri = format!("/v1/services/orders/instances/{addr}/drain");
+    tokio::spawn(async move {
+        let request = Request::post(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(json!({ "timeout_ms": timeout_ms }).to_string()))
+            .unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice::<Value>(&bytes).unwrap()
+    })
+}
+
+impl App {
+    /// Fetches `orders` as the poller `name` (which acks what it fetched).
+    async fn poll_orders(&self, name: &str) -> Value {
+        let uri = format!("/v1/services/orders/instances?subscriber={name}");
+        self.ok(Method::GET, &uri, None).await
+    }
+
+    /// The drains listing's entry for `addr`, once one `matches`.
+    async fn drain_listed(&self, addr: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let (ip, port) = addr.split_once(':').unwrap();
+        let port: u64 = port.parse().unwrap();
+        let found = gangway_testkit::poll(Duration::from_secs(5), || async {
+            let list = self.ok(Method::GET, "/v1/drains", None).await;
+            list["drains"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["instance"]["ip"] == ip && d["instance"]["port"] == port && matches(d))
+                .cloned()
+        })
+        .await;
+        found.unwrap_or_else(|| panic!("no such drain of {addr} listed"))
+    }
+}
+
+#[tokio::test]
+async fn drains_are_listed_with_their_progress_while_they_wait_and_their_outcome_after() {
+    let app = app();
+    for ip in ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"] {
+        app.lease("orders", ip).await;
+    }
+    let poll = || app.poll_orders("web");
+    poll().await;
+    assert_eq!(
+        app.ok(Method::GET, "/v1/drains", None).await,
+        json!({"drains": []})
+    );
+
+    // Waiting: the poller has not fetched the revision without the instance.
+    let drain = spawn_drain(&app, "10.0.0.1:8080", 10_000);
+    let waiting = app
+        .drain_listed("10.0.0.1:8080", |d| d["state"] == "waiting")
+        .await;
+    assert_eq!(
+        (
+            waiting["namespace"].clone(),
+            waiting["group"].clone(),
+            waiting["service"].clone()
+        ),
+        (json!("public"), json!("DEFAULT_GROUP"), json!("orders"))
+    );
+    assert_eq!(
+        (waiting["acked"].clone(), waiting["total"].clone()),
+        (json!(0), json!(1))
+    );
+    assert_eq!(
+        waiting["laggards"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
+    assert_eq!(waiting["timeout_ms"], 10_000);
+    assert!(waiting["started_at_ms"].as_u64().unwrap() > 0);
+    // Its next fetch acks it: complete, listed as such with its count.
+    poll().await;
+    let report = drain.await.unwrap();
+    assert_eq!(report["complete"], true, "{report}");
+    let done = app
+        .drain_listed("10.0.0.1:8080", |d| d["state"] != "waiting")
+        .await;
+    assert_eq!(done["state"], "complete");
+    assert_eq!(
+        (done["acked"].clone(), done["total"].clone()),
+        (json!(1), json!(1))
+    );
+    assert_eq!(done["laggards"], json!([]));
+    assert_eq!(done["revision"], report["revision"]);
+    assert_eq!(done["id"], waiting["id"]);
+
+    // A timeout ends one with its laggard; a caller that goes away cancels one.
+    let report = spawn_drain(&app, "10.0.0.2:8080", 50).await.unwrap();
+    assert_eq!(report["complete"], false);
+    let timed_out = app
+        .drain_listed("10.0.0.2:8080", |d| d["state"] != "waiting")
+        .await;
+    assert_eq!(timed_out["state"], "timed_out");
+    assert_eq!(
+        timed_out["laggards"][0]["id"],
+        "p-web@public/DEFAULT_GROUP/orders"
+    );
+    let gone = spawn_drain(&app, "10.0.0.3:8080", 10_000);
+    app.drain_listed("10.0.0.3:8080", |d| d["state"] == "waiting")
+        .await;
+    gone.abort();
+    let cancelled = app
+        .drain_listed("10.0.0.3:8080", |d| d["state"] != "waiting")
+        .await;
+    assert_eq!(cancelled["state"], "cancelled");
+
+    // Newest first after the running ones; filters are exact.
+    let list = app.ok(Method::GET, "/v1/drains", None).await;
+    let ips: Vec<&str> = list["drains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["instance"]["ip"].as_str().unwrap())
+        .collect();
+    assert_eq!(ips, ["10.0.0.3", "10.0.0.2", "10.0.0.1"]);
+    let other = app
+        .ok(Method::GET, "/v1/drains?service=billing", None)
+        .await;
+    assert_eq!(other, json!({"drains": []}));
+    let reply = app.call(Method::GET, "/v1/drains?service=", None).await;
+    assert_error(&reply, StatusCode::BAD_REQUEST, "invalid_argument");
+}
+
+#[tokio::test]
+async fn liveness_lists_who_keeps_each_instance_alive_and_since_when() {
+    let app = app();
+    let before = crate::engine::now_ms();
+    app.lease("orders", "10.0.0.1").await;
+    let session =
+        app.registry
+            .open_session("127.0.0.1:7001".into(), "orders-app".into(), "c1".into());
+    app.registry
+        .register(
+            ServiceKey::named("orders"),
+            Instance::new(InstanceKey::new("10.0.0.2", 8080, "")),
+            LivenessRequest::Session(session.clone()),
+        )
+        .await
+        .unwrap();
+    app.ok(
+        Method::POST,
+        "/v1/services/orders/instances/10.0.0.1:8080/offline",
+        Some(json!({})),
+    )
+    .await;
+    let after = crate::engine::now_ms();
+    let list = app
+        .ok(Method::GET, "/v1/services/orders/liveness", None)
+        .await;
+    assert_eq!(list["service"], "orders");
+    assert_eq!(
+        list["revision"],
+        app.registry.revision(&ServiceKey::named("orders"))
+    );
+    let lease = &list["instances"][0];
+    assert_eq!(
+        (lease["ip"].clone(), lease["liveness"].clone()),
+        (json!("10.0.0.1"), json!("lease"))
+    );
+    assert_eq!(lease["state"], "offline");
+    assert_eq!(lease["lease"]["ttl_ms"], 15_000);
+    assert_eq!(lease["lease"]["delete_timeout_ms"], 30_000);
+    assert!(lease["lease"]["last_heartbeat_ms_ago"].as_u64().unwrap() < 15_000);
+    assert!(lease.get("session").is_none() && lease.get("probe").is_none());
+    let since = lease["since_ms"].as_u64().unwrap();
+    assert!(
+        (before..=after).contains(&since),
+        "{since} in {before}..={after}"
+    );
+    let kept = &list["instances"][1];
+    assert_eq!(
+        (kept["liveness"].clone(), kept["state"].clone()),
+        (json!("session"), json!("serving"))
+    );
+    assert_eq!(
+        kept["session"],
+        json!({"id": session, "client_name": "orders-app", "address": "127.0.0.1:7001"})
+    );
+    assert_eq!(kept["owner"], Value::Null);
+
+    // A re-registration by the same keeper keeps its time; a heartbeat too.
+    app.lease("orders", "10.0.0.1").await;
+    app.ok(
+        Method::PUT,
+        "/v1/services/orders/instances/10.0.0.1:8080/heartbeat",
+        None,
+    )
+    .await;
+    let again = app
+        .ok(Method::GET, "/v1/services/orders/liveness", None)
+        .await;
+    assert_eq!(again["instances"][0]["since_ms"], since);
+    // A persistent one is kept by its probe.
+    let probed = app
+        .ok(
+            Method::POST,
+            "/v1/services/stock/instances",
+            Some(json!({"ip": "127.0.0.1", "port": 9, "ephemeral": false,
+                        "probe": {"kind": "http", "path": "/health", "interval_ms": 60000}})),
+        )
+        .await;
+    assert_eq!(probed["instance"]["ephemeral"], false);
+    let stock = app
+        .ok(Method::GET, "/v1/services/stock/liveness", None)
+        .await;
+    assert_eq!(stock["instances"][0]["liveness"], "probe");
+    assert_eq!(stock["instances"][0]["probe"]["kind"], "http");
+    assert_eq!(stock["instances"][0]["probe"]["path"], "/health");
+    let unknown = app
+        .ok(Method::GET, "/v1/services/nothing/liveness", None)
+        .await;
+    assert_eq!(
+        (unknown["revision"].clone(), unknown["instances"].clone()),
+        (json!(0), json!([]))
+    );
+}
+
+#[tokio::test]
+async fn subscribers_say_how_far_behind_they_are() {
+    let app = app();
+    app.lease("orders", "10.0.0.1").await;
+    let poll = || app.poll_orders("web");
+    poll().await;
+    let row = |subs: &Value| subs["subscribers"][0].clone();
+    let subs = app
+        .ok(Method::GET, "/v1/services/orders/subscribers", None)
+        .await;
+    assert_eq!(
+        (row(&subs)["behind"].clone(), row(&subs)["lag_ms"].clone()),
+        (json!(0), Value::Null)
+    );
+    app.lease("orders", "10.0.0.2").await;
+    app.lease("orders", "10.0.0.3").await;
+    let subs = app
+        .ok(Method::GET, "/v1/services/orders/subscribers", None)
+        .await;
+    assert_eq!(row(&subs)["behind"], 2, "{subs}");
+    assert!(row(&subs)["lag_ms"].as_u64().is_some(), "{subs}");
+    poll().await;
+    let subs = app
+        .ok(Method::GET, "/v1/services/orders/subscribers", None)
+        .await;
+    assert_eq!(
+        (row(&subs)["behind"].clone(), row(&subs)["lag_ms"].clone()),
+        (json!(0), Value::Null)
+    );
+}
+
+#[tokio::test]
+async fn services_count_their_instances_by_state() {
+    let app = app();
+    for ip in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {
+        app.lease("orders", ip).await;
+    }
+    app.ok(
+        Method::POST,
+        "/v1/services/orders/instances/10.0.0.1:8080/offline",
+        Some(json!({})),
+    )
+    .await;
+    app.ok(
+        Method::PATCH,
+        "/v1/services/orders/instances/10.0.0.2:8080",
+        Some(json!({"weight": 0})),
+    )
+    .await;
+    let svc = app.ok(Method::GET, "/v1/services/orders", None).await;
+    assert_eq!(
+        svc["states"],
+        json!({"serving": 1, "unhealthy": 0, "offline": 1, "zero_weight": 1})
+    );
+}
+
+#[tokio::test]
+async fn a_refused_online_wait_changes_nothing() {
+    // Found by the fuzz long run (rest input 308975): an offline instance of weight 0 cannot
+    // enter the view, so `online` with `wait` is a 409, and it stays offline.
+    let app = app();
+    app.lease("pay", "10.0.0.1").await;
+    app.lease("pay", "10.0.0.2").await;
+    let uri = "/v1/services/pay/instances/10.0.0.1:8080";
+    app.ok(
+        Method::PATCH,
+        uri,
+        Some(json!({"weight": 0.0, "enabled": false})),
+    )
+    .await;
+    let before = app.ok(Method::GET, "/v1/services/pay", None).await;
+    let reply = app
+        .call(
+            Method::POST,
+            &format!("{uri}/online"),
+            Some(r#"{"wait": true, "timeout_ms": 20}"#),
+        )
+        .await;
+    assert_error(&reply, StatusCode::CONFLICT, "conflict");
+    let after = app.ok(Method::GET, "/v1/services/pay", None).await;
+    assert_eq!(revision(&after), revision(&before), "{after}");
+    let listed = app
+        .ok(Method::GET, "/v1/services/pay/instances?all=true", None)
+        .await;
+    let enabled: Vec<bool> = listed["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["ip"] == "10.0.0.1")
+        .map(|i| i["enabled"].as_bool().unwrap())
+        .collect();
+    assert_eq!(enabled, [false]);
+}
+
+#[tokio::test]
+async fn a_cluster_parameter_where_it_addresses_nothing_is_refused_and_changes_nothing() {
+    // A tester's `POST .../instances?cluster=east` registered into DEFAULT, and `?cluster=a b`
+    // was not even checked: the parameter belongs to instance paths only.
+    let app = app();
+    app.lease("cq", "10.0.0.1").await;
+    let before = app.ok(Method::GET, "/v1/services/cq", None).await;
+    for (method, uri, body) in [
+        (
+            Method::POST,
+            "/v1/services/cq/instances?cluster=east",
+            Some(r#"{"ip": "10.0.0.8", "port": 80}"#),
+        ),
+        (
+            Method::POST,
+            "/v1/services/cq/instances?cluster=a%20b",
+            Some(r#"{"ip": "10.0.0.9", "port": 80}"#),
+        ),
+        (Method::GET, "/v1/services/cq/instances?cluster=zzz", None),
+        (Method::PUT, "/v1/services/cq?cluster=x", Some("{}")),
+        (Method::GET, "/v1/services?cluster=a", None),
+        (Method::GET, "/v1/services/cq/subscribers?cluster=a", None),
+    ] {
+        let reply = app.call(method.clone(), uri, body).await;
+        let error = assert_error(&reply, StatusCode::BAD_REQUEST, "invalid_argument");
+        assert_eq!(error["field"], "cluster", "{method} {uri}: {error}");
+    }
+    let after = app.ok(Method::GET, "/v1/services/cq", None).await;
+    assert_eq!(revision(&after), revision(&before), "{after}");
+    // On an instance path it addresses the cluster.
+    let reply = app
+        .call(
+            Method::PATCH,
+            "/v1/services/cq/instances/10.0.0.1:8080?cluster=east",
+            Some(r#"{"weight": 2}"#),
+        )
+        .await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "not_found");
 }

@@ -335,6 +335,7 @@ mod tests {
             instance,
             liveness: Liveness::Session("s1".into()),
             owner: None,
+            since_ms: 0,
         }
     }
 

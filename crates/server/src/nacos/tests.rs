@@ -774,7 +774,7 @@ async fn v1_pollers_are_forgotten_after_three_missed_polls() {
         .into_iter()
         .map(|s| s.id)
         .collect();
-    assert_eq!(ids, ["p-native"]);
+    assert_eq!(ids, ["p-native@public/DEFAULT_GROUP/orders"]);
 }
 
 // --- odd values (issue #9) -----------------------------------------------------------------
@@ -1183,5 +1183,48 @@ async fn grpc_session_limits_answer_an_error_naming_the_limit() {
         g.registry
             .subscribers(&ServiceKey::named("billing"))
             .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_refused_batch_keeps_the_instances_the_connection_had() {
+    // Two instances per session: the connection holds one in "billing" and one in "orders";
+    // a batch for "orders" of two others passes the batch's own size check, then its first
+    // registration meets the session's limit.
+    let mut config = Config::for_tests();
+    config.session_limits.instances = 2;
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (_tx, _inbound) = g.setup().await;
+    let register = |service: &str, ip: &str| {
+        json!({"requestId": "r", "serviceName": service, "type": "registerInstance",
+               "instance": {"ip": ip, "port": 80}})
+    };
+    for service in ["billing", "orders"] {
+        let reply = g
+            .unary("InstanceRequest", register(service, "10.0.0.1"))
+            .await;
+        assert_eq!(ty(&reply), "InstanceResponse", "{:?}", body(&reply));
+    }
+    let reply = g
+        .unary(
+            "BatchInstanceRequest",
+            json!({"requestId": "b", "serviceName": "orders", "type": "batchRegisterInstance",
+                   "instances": [{"ip": "10.0.0.2", "port": 80}, {"ip": "10.0.0.3", "port": 80}]}),
+        )
+        .await;
+    let v = body(&reply);
+    assert_eq!(ty(&reply), "ErrorResponse", "{v}");
+    assert_eq!(v["errorCode"], 429, "{v}");
+    let orders: Vec<String> = g
+        .registry
+        .view(&ServiceKey::named("orders"))
+        .instances
+        .iter()
+        .map(|i| i.key.to_string())
+        .collect();
+    assert_eq!(
+        orders,
+        ["10.0.0.1:80"],
+        "the refused batch took nothing away"
     );
 }

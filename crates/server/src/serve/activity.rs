@@ -422,7 +422,7 @@ impl tower::Service<http::Request<Incoming>> for Counted {
         if matches!(self.activity.policy, Policy::Http { .. })
             && let Some(error) = head::check(&request)
         {
-            tracing::debug!(code = error.code(), version = ?request.version(), "request head refused");
+            tracing::debug!(code = error.code().as_str(), version = ?request.version(), "request head refused");
             self.activity.lock().head_refused = true;
             let response = axum::response::IntoResponse::into_response(error);
             return Box::pin(async move {
@@ -541,7 +541,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TrackedIo<T> {
         match this.activity.on_read(fresh) {
             None => Poll::Ready(Ok(())),
             Some(error) => {
-                tracing::debug!(code = error.code(), "request head refused");
+                tracing::debug!(code = %error.code(), "request head refused");
                 buf.set_filled(before);
                 this.rejection
                     .insert(Rejection::new(&error))

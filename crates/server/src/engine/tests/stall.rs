@@ -9,6 +9,8 @@ use gangway_store::MemoryStore;
 
 use super::*;
 
+use crate::engine::hold::ClockReading;
+
 fn stalling_registry() -> Registry {
     let config = Config {
         stall_recovery: Duration::from_secs(5),
@@ -252,4 +254,22 @@ async fn a_new_process_taking_over_a_drained_grace_instance_serves() {
         // Let the recovery end so that the next round's stall is a new one.
         tokio::time::sleep(Duration::from_secs(6)).await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gap_the_process_spent_working_is_not_a_stall() {
+    // 3 s between two looks at the clock with 3 s of CPU used meanwhile: the registry was busy
+    // (a burst of pushes on a small machine), not stopped; 3 s with 0.1 s used: stopped.
+    let r = stalling_registry();
+    let (t, cpu) = (Instant::now(), super::super::hold::process_cpu_time());
+    assert_eq!(r.observe_clock_at(t, cpu), ClockReading::Normal);
+    let busy = r.observe_clock_at(t + Duration::from_secs(3), cpu + Duration::from_secs(3));
+    assert_eq!(busy, ClockReading::Normal);
+    assert_eq!(r.inner.metrics.stalls.get(), 0);
+    let stopped = r.observe_clock_at(
+        t + Duration::from_secs(6),
+        cpu + Duration::from_millis(3_100),
+    );
+    assert_eq!(stopped, ClockReading::Recovering);
+    assert_eq!(r.inner.metrics.stalls.get(), 1);
 }

@@ -5,17 +5,17 @@ use std::collections::VecDeque;
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
+pub(crate) struct Event {
     /// The `event:` field, `message` when absent.
-    pub name: String,
+    pub(crate) name: String,
     /// The `data:` lines joined with `\n`.
-    pub data: String,
+    pub(crate) data: String,
 }
 
 /// Incremental parser: [`push`](Self::push) bytes as they arrive, take events with
 /// [`next_event`](Self::next_event).
 #[derive(Debug, Default)]
-pub struct EventParser {
+pub(crate) struct EventParser {
     /// Bytes of an unfinished line.
     line: Vec<u8>,
     name: Option<String>,
@@ -25,7 +25,7 @@ pub struct EventParser {
 
 impl EventParser {
     /// Feeds a chunk of the stream.
-    pub fn push(&mut self, chunk: &[u8]) {
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
         for &b in chunk {
             if b == b'\n' {
                 let mut line = std::mem::take(&mut self.line);
@@ -40,7 +40,7 @@ impl EventParser {
     }
 
     /// The oldest complete event not yet taken.
-    pub fn next_event(&mut self) -> Option<Event> {
+    pub(crate) fn next_event(&mut self) -> Option<Event> {
         self.ready.pop_front()
     }
 

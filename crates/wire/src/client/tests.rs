@@ -1,0 +1,312 @@
+//! The client against a fake registry on 127.0.0.1:0 that records what it gets and answers
+//! with a canned status, content type and body.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::error::ErrorCode;
+use crate::rest::{ProbeRequest, SettingsRequest};
+
+/// One request as the fake got it: method, path and query, body.
+type Seen = (String, String, String);
+
+#[derive(Clone)]
+struct Fake {
+    status: u16,
+    content_type: &'static str,
+    body: String,
+    delay: Duration,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+async fn answer(State(fake): State<Fake>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
+    fake.seen.lock().unwrap().push((
+        parts.method.to_string(),
+        parts.uri.to_string(),
+        String::from_utf8_lossy(&body).into_owned(),
+    ));
+    tokio::time::sleep(fake.delay).await;
+    Response::builder()
+        .status(StatusCode::from_u16(fake.status).unwrap())
+        .header(header::CONTENT_TYPE, fake.content_type)
+        .body(Body::from(fake.body.clone()))
+        .unwrap()
+}
+
+/// A fake answering every request with `status` and `body`; its client and its log.
+async fn fake(
+    status: u16,
+    content_type: &'static str,
+    body: &str,
+    delay: Duration,
+) -> (RestClient, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::default();
+    let state = Fake {
+        status,
+        content_type,
+        body: body.to_owned(),
+        delay,
+        seen: Arc::clone(&seen),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(answer).with_state(state);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = RestClient::builder(&addr.to_string())
+        .call_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    (client, seen)
+}
+
+async fn json_fake(body: Value) -> (RestClient, Arc<Mutex<Vec<Seen>>>) {
+    fake(200, "application/json", &body.to_string(), Duration::ZERO).await
+}
+
+fn orders_in(namespace: &str) -> ServiceRef {
+    ServiceRef {
+        namespace: Some(namespace.into()),
+        ..ServiceRef::named("orders")
+    }
+}
+
+#[tokio::test]
+async fn calls_name_the_service_and_instance_in_path_and_query() {
+    let (client, seen) = json_fake(json!({"revision": 3})).await;
+    let mut inst = InstanceRef::new(orders_in("prod"), "fd00::5", 80);
+    inst.cluster = Some("blue".into());
+    client.deregister(&inst, true).await.unwrap();
+    client.heartbeat(&inst).await.unwrap();
+    client.online(&inst).await.unwrap();
+    client.offline(&inst, false).await.unwrap();
+    client
+        .online_wait(&inst, Duration::from_millis(1500))
+        .await
+        .unwrap();
+    client
+        .drain(&inst, Duration::from_secs(5), true)
+        .await
+        .unwrap();
+    let patch = PatchRequest {
+        weight: Some(0.5),
+        ..Default::default()
+    };
+    client.update(&inst, &patch).await.unwrap();
+    let path = "/v1/services/orders/instances/%5Bfd00::5%5D:80";
+    let query = "namespace=prod&cluster=blue";
+    let expected = [
+        ("DELETE", format!("{path}?{query}&force=true"), ""),
+        ("PUT", format!("{path}/heartbeat?{query}"), ""),
+        // A POST is JSON (docs/security.md): online without a body sends `{}`.
+        ("POST", format!("{path}/online?{query}"), "{}"),
+        (
+            "POST",
+            format!("{path}/offline?{query}"),
+            r#"{"force":false}"#,
+        ),
+        (
+            "POST",
+            format!("{path}/online?{query}"),
+            r#"{"wait":true,"timeout_ms":1500}"#,
+        ),
+        (
+            "POST",
+            format!("{path}/drain?{query}"),
+            r#"{"timeout_ms":5000,"force":true}"#,
+        ),
+        (
+            "PATCH",
+            format!("{path}?{query}"),
+            r#"{"weight":0.5,"force":false}"#,
+        ),
+    ];
+    let seen = seen.lock().unwrap().clone();
+    let got: Vec<_> = seen
+        .iter()
+        .map(|(m, u, b)| (m.as_str(), u.clone(), b.as_str()))
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[tokio::test]
+async fn service_calls_send_only_the_scope_that_is_set() {
+    let (client, seen) = json_fake(json!({"services": []})).await;
+    client.services(None, Some("g")).await.unwrap();
+    client
+        .instances(&ServiceRef::named("orders"), true)
+        .await
+        .unwrap();
+    client.subscribers(&ServiceRef::named("a b")).await.unwrap();
+    client.service(&orders_in("prod")).await.unwrap();
+    let settings = SettingsRequest {
+        protect_threshold: Some(0.5),
+        ..Default::default()
+    };
+    client
+        .put_settings(&ServiceRef::named("orders"), &settings)
+        .await
+        .unwrap();
+    let body = RegisterRequest {
+        ip: "10.0.0.5".into(),
+        port: 80,
+        ephemeral: Some(false),
+        probe: Some(ProbeRequest::default()),
+        ..Default::default()
+    };
+    client.register(&orders_in("prod"), &body).await.unwrap();
+    client.health().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let uris: Vec<_> = seen.iter().map(|(_, u, _)| u.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "/v1/services?group=g",
+            "/v1/services/orders/instances?all=true",
+            "/v1/services/a%20b/subscribers",
+            "/v1/services/orders?namespace=prod",
+            "/v1/services/orders",
+            "/v1/services/orders/instances?namespace=prod",
+            "/v1/health",
+        ]
+    );
+    assert_eq!(seen[4].2, r#"{"protect_threshold":0.5}"#);
+    assert_eq!(
+        serde_json::from_str::<Value>(&seen[5].2).unwrap(),
+        json!({"ip": "10.0.0.5", "port": 80, "ephemeral": false, "probe": {}})
+    );
+}
+
+#[tokio::test]
+async fn a_reply_keeps_the_body_and_parses_on_demand() {
+    let (client, _) = json_fake(json!({"revision": 3})).await;
+    let inst = InstanceRef::new(ServiceRef::named("orders"), "10.0.0.5", 80);
+    let reply = client.deregister(&inst, false).await.unwrap();
+    assert_eq!(reply.body, r#"{"revision":3}"#);
+    assert_eq!(reply.parse().unwrap().revision, 3);
+    // The same body is no heartbeat answer.
+    let reply = client.heartbeat(&inst).await.unwrap();
+    let e = reply.parse().unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("unexpected answer from the registry (HeartbeatAnswer)"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_carries_the_registry_code() {
+    let body =
+        json!({"error": {"code": "conflict", "message": "last serving instance", "field": null}});
+    let (client, _) = fake(409, "application/json", &body.to_string(), Duration::ZERO).await;
+    let inst = InstanceRef::new(ServiceRef::named("orders"), "10.0.0.5", 80);
+    let e = client
+        .drain(&inst, Duration::from_secs(1), false)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(&ErrorCode::Conflict));
+    assert_eq!(e.to_string(), "last serving instance (HTTP 409)");
+}
+
+#[tokio::test]
+async fn an_answer_that_is_not_json_is_not_a_registry() {
+    let (client, _) = fake(200, "text/html", "<html></html>", Duration::ZERO).await;
+    let e = client.services(None, None).await.unwrap_err();
+    assert!(
+        matches!(&e, RestError::NotRegistry { detail, .. } if detail == "HTTP 200 OK, the answer is not JSON"),
+        "{e:?}"
+    );
+    let e = client
+        .watch(&ServiceRef::named("orders"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("(HTTP 200 OK answered with text/html instead of an event stream)"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_answer_times_out() {
+    let (client, _) = fake(200, "application/json", "{}", Duration::from_secs(5)).await;
+    let e = client.health().await.unwrap_err();
+    assert_eq!(
+        e,
+        RestError::Timeout {
+            server: client.server().to_owned(),
+            after: Duration::from_millis(500)
+        }
+    );
+    assert!(e.is_retryable());
+}
+
+#[tokio::test]
+async fn a_closed_port_is_unreachable() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    drop(listener);
+    let client = RestClient::new(&format!("http://{addr}/")).unwrap();
+    let e = client.health().await.unwrap_err();
+    assert!(
+        matches!(&e, RestError::Unreachable { server, .. } if *server == format!("http://{addr}/")),
+        "{e:?}"
+    );
+    assert!(e.is_retryable());
+}
+
+#[tokio::test]
+async fn a_watch_yields_its_snapshots_then_ends() {
+    let stream = ": hello\n\nevent: snapshot\ndata: {\"revision\":4,\"instances\":[]}\n\n\
+                  event: other\ndata: x\n\nevent: snapshot\ndata: {\"revision\":5}\n\n";
+    let (client, seen) = fake(200, "text/event-stream", stream, Duration::ZERO).await;
+    let mut watch = client.watch(&orders_in("prod")).await.unwrap();
+    let mut revisions = Vec::new();
+    for _ in 0..2 {
+        let snapshot = watch.next_snapshot().await.unwrap().unwrap();
+        revisions.push(snapshot.parse().unwrap().revision);
+    }
+    assert_eq!(revisions, [4, 5]);
+    assert!(watch.next_snapshot().await.unwrap().is_none());
+    assert_eq!(
+        seen.lock().unwrap()[0].1,
+        "/v1/services/orders/watch?namespace=prod"
+    );
+}
+
+#[test]
+fn segment_keeps_ipv4_and_encodes_brackets() {
+    assert_eq!(segment("10.0.0.5:8080"), "10.0.0.5:8080");
+    assert_eq!(segment("[::1]:80"), "%5B::1%5D:80");
+    assert_eq!(segment("a b/c"), "a%20b%2Fc");
+}
+
+#[test]
+fn a_service_key_names_its_namespace_and_group() {
+    let r = ServiceRef::from(&ServiceKey::named("orders"));
+    assert_eq!(r.namespace.as_deref(), Some("public"));
+    assert_eq!(r.group.as_deref(), Some("DEFAULT_GROUP"));
+    assert_eq!(InstanceRef::new(r, "::1", 80).addr(), "[::1]:80");
+}
+
+#[test]
+fn a_token_that_is_not_printable_ascii_is_refused_at_build() {
+    let err = RestClient::builder("127.0.0.1:1")
+        .token(Some("line\nbreak"))
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, RestError::Transport { .. }), "{err:?}");
+    assert!(err.to_string().contains("--token"), "{err}");
+    RestClient::builder("127.0.0.1:1")
+        .token(Some("abc.DEF-123"))
+        .build()
+        .unwrap();
+}

@@ -73,3 +73,53 @@ pub(super) fn with_tls(
     }
     Ok(builder)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{RestClient, RestError};
+
+    fn tls_reason(e: RestError) -> String {
+        match e {
+            RestError::Tls { reason, hint, .. } => {
+                assert_eq!(hint, None);
+                reason
+            }
+            other => panic!("expected RestError::Tls, got {other:?}"),
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_files_without_pem_are_refused_naming_the_flag() {
+        let e = RestClient::builder("https://127.0.0.1:1")
+            .ca_pem(Some(b"not a certificate".to_vec()))
+            .build()
+            .unwrap_err();
+        assert_eq!(tls_reason(e), "--ca: no PEM certificate in the file");
+        let e = RestClient::builder("https://127.0.0.1:1")
+            .identity_pem(b"no cert".to_vec(), b"no key".to_vec())
+            .build()
+            .unwrap_err();
+        assert!(
+            tls_reason(e).starts_with("--client-cert/--client-key: not a PEM certificate and key")
+        );
+        assert!(RestClient::new("https://127.0.0.1:1").is_ok());
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn without_tls_https_and_tls_files_are_refused_in_one_line() {
+        let e = RestClient::new("HTTPS://127.0.0.1:1").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "TLS with the registry at HTTPS://127.0.0.1:1 failed: this gangway was built \
+             without TLS (cargo feature tls)"
+        );
+        let e = RestClient::builder("127.0.0.1:1")
+            .ca_pem(Some(b"x".to_vec()))
+            .build()
+            .unwrap_err();
+        assert_eq!(tls_reason(e), super::super::NO_TLS);
+        assert!(RestClient::new("127.0.0.1:1").is_ok());
+    }
+}

@@ -82,4 +82,4 @@ fn read(flag: &str, _: &Path) -> Result<Vec<u8>, CliError> {
 // What a TLS flag gets from a build without TLS (the REST client says the same of an
 // `https://` address).
 #[cfg(not(feature = "tls"))]
-use gangway_wire::client::NO_TLS;
+pub(crate) use gangway_wire::client::NO_TLS;

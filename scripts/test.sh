@@ -119,6 +119,11 @@ fi
 if ! "$nacos/python/.venv/bin/pip" show nacos-sdk-python 2>/dev/null | grep -qx 'Version: 3.2.0'; then
   "$nacos/python/.venv/bin/pip" install -q --disable-pip-version-check nacos-sdk-python==3.2.0
 fi
+# PyPI `cryptography` makes the private CA of the TLS scenario (python_tls); the SDK's own
+# dependencies usually bring it already.
+if ! "$nacos/python/.venv/bin/pip" show cryptography >/dev/null 2>&1; then
+  "$nacos/python/.venv/bin/pip" install -q --disable-pip-version-check cryptography
+fi
 if ! command -v npm >/dev/null 2>&1; then
   apt_install nodejs npm
 fi

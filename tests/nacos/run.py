@@ -71,9 +71,17 @@ def free_pair():
 
 
 class Server:
-    def __init__(self, scratch, extra=()):
+    def __init__(self, scratch, extra=(), tls=None):
         self.port = free_pair()
         self.addr = f"127.0.0.1:{self.port}"
+        # With `tls` (a Pki's files), requests go over https with the client certificate.
+        self.scheme, self.ssl = "http", None
+        if tls is not None:
+            import ssl
+
+            self.scheme = "https"
+            self.ssl = ssl.create_default_context(cafile=tls["ca"])
+            self.ssl.load_cert_chain(tls["client_cert"], tls["client_key"])
         self.log = open(os.path.join(scratch, "gangway.log"), "w")
         self.proc = subprocess.Popen(
             [
@@ -103,13 +111,13 @@ class Server:
         raise RuntimeError("gangway server did not come up")
 
     def request(self, method, path, params=None, body=None, headers=None):
-        url = f"http://{self.addr}{path}"
+        url = f"{self.scheme}://{self.addr}{path}"
         if params:
             url += "?" + urllib.parse.urlencode(params)
         data = body.encode() if isinstance(body, str) else body
         req = urllib.request.Request(url, method=method, data=data, headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=10, context=self.ssl) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
@@ -648,6 +656,85 @@ def python_auth(server, scratch):
         other.stop()
 
 
+def make_pki(folder):
+    """A private CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files
+    in `folder` (PyPI `cryptography`, installed by scripts/test.sh)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def issue(cn, key, issuer, issuer_key, extensions):
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name(cn))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
+        for ext, critical in extensions:
+            builder = builder.add_extension(ext, critical=critical)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def write(file, data):
+        path = os.path.join(folder, file)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def key_pem(key):
+        return key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = issue("nacos-test CA", ca_key, name("nacos-test CA"), ca_key,
+               [(x509.BasicConstraints(ca=True, path_length=None), True)])
+    files = {"ca": write("ca.pem", ca.public_bytes(serialization.Encoding.PEM))}
+    for role, cn, extensions in [
+        ("server", "gangway", [
+            (x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]), False),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        ]),
+        ("client", "python-sdk", [(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)]),
+    ]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = issue(cn, key, ca.subject, ca_key, extensions)
+        files[f"{role}_cert"] = write(f"{role}.crt", cert.public_bytes(serialization.Encoding.PEM))
+        files[f"{role}_key"] = write(f"{role}.key", key_pem(key))
+    return files
+
+
+def python_tls(server, scratch):
+    """Python SDK with its TLSConfig and username/password against `gangway server --tls-cert --tls-key --tls-client-ca --auth`: logs in over HTTPS, registers, subscribes, sees pushes over TLS."""
+    own = tempfile.mkdtemp(prefix="tls-", dir=scratch)
+    pki = make_pki(own)
+    other = Server(own, [
+        "--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"],
+        "--tls-client-ca", pki["ca"], "--auth", auth_file(own, [("writer", "write")]),
+    ], tls=pki)
+    try:
+        status, body = other.get("/v1/health")
+        check(status == 200 and json.loads(body)["tls"] == "mutual", f"health over TLS: {status} {body}")
+        run_to_end(
+            python_child(other, own, "tls", f"https://{other.addr}", "py-tls",
+                         pki["ca"], pki["client_cert"], pki["client_key"]),
+            120, "python tls",
+        )
+        print("    health says tls=mutual")
+    finally:
+        other.stop()
+
+
 def server_stop_with_clients(server, scratch):
     """SIGTERM of a server with a Nacos gRPC client connected: it resets the connection and exits."""
     own = tempfile.mkdtemp(prefix="stop-", dir=scratch)
@@ -680,6 +767,7 @@ SCENARIOS = [
     v1_malformed,
     server_stop_with_clients,
     python_auth,
+    python_tls,
     node_basic,
     node_killed,
 ]

@@ -122,15 +122,16 @@ pub fn parse_addr(s: &str) -> Result<Addr, String> {
 }
 
 /// Checks a `--server` value: `HOST:PORT` or `[IPV6]:PORT` with a port 1-65535, optionally
-/// prefixed with `http://` (and a trailing `/`). Returns it as given.
+/// prefixed with `http://` or `https://` (TLS; `--ca` for a private CA) and a trailing `/`.
+/// Returns it as given.
 pub fn parse_server(s: &str) -> Result<String, String> {
     const SHAPE: &str = "expected HOST:PORT, e.g. 127.0.0.1:8848";
-    if s.starts_with("https://") {
+    if s.contains("://") && !s.starts_with("http://") && !s.starts_with("https://") {
         return Err(format!(
-            "https is not supported, the registry's REST API is plain HTTP ({SHAPE})"
+            "only http:// and https:// addresses are served ({SHAPE}), got {s:?}"
         ));
     }
-    let rest = s.strip_prefix("http://").unwrap_or(s);
+    let rest = strip_scheme(s);
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.is_empty() {
         return Err(format!("empty address ({SHAPE})"));
@@ -166,6 +167,13 @@ pub fn parse_server(s: &str) -> Result<String, String> {
         .map_err(|_| format!("port: must be a number 1-65535, got {port:?}"))?;
     validate::port(port).map_err(|e| e.to_string())?;
     Ok(s.to_owned())
+}
+
+/// `s` without its `http://` or `https://` prefix.
+pub fn strip_scheme(s: &str) -> &str {
+    s.strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .unwrap_or(s)
 }
 
 /// Checks a service, namespace, group or cluster name (1-128 letters, digits, `.`, `_`, `-`,

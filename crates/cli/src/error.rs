@@ -60,7 +60,7 @@ impl CliError {
     /// The error as `--json` prints it: the registry's error shape (docs/api.md),
     /// `{"error": {"code", "message", "field"}}`. An error answer of the registry keeps its own
     /// code, message and field; errors of the CLI's own get a code of their own
-    /// (`invalid_argument` for bad arguments, `unreachable`, `timeout`, `transport`,
+    /// (`invalid_argument` for bad arguments, `unreachable`, `timeout`, `transport`, `tls`,
     /// `not_registry`, `decode`, `output`; `http_<status>` for a foreign error answer).
     pub fn to_json(&self) -> Value {
         let (code, message, field) = match self {
@@ -85,6 +85,7 @@ impl CliError {
                     RestError::Unreachable { .. } => "unreachable",
                     RestError::Timeout { .. } => "timeout",
                     RestError::Transport { .. } => "transport",
+                    RestError::Tls { .. } => "tls",
                     RestError::NotRegistry { .. } => "not_registry",
                     _ => "decode",
                 };

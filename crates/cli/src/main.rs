@@ -24,6 +24,7 @@ mod output;
 mod route;
 mod run;
 mod server;
+mod tls;
 
 use commands::{Context, drain, list, register, watch};
 use error::{CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_json};
@@ -43,7 +44,7 @@ pub const DEFAULT_SERVER: &str = "127.0.0.1:8848";
     max_term_width = 100
 )]
 struct Cli {
-    /// Registry REST address, HOST:PORT (or http://HOST:PORT).
+    /// Registry REST address, HOST:PORT (or http://HOST:PORT, https://HOST:PORT for TLS).
     #[arg(
         long,
         short = 's',
@@ -70,6 +71,9 @@ struct Cli {
         value_name = "TOKEN"
     )]
     token: Option<String>,
+    /// TLS toward an https:// registry: --ca, --client-cert, --client-key.
+    #[command(flatten)]
+    tls: tls::TlsArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -126,6 +130,7 @@ fn main() -> ExitCode {
             server: DEFAULT_SERVER.to_owned(),
             json: false,
             token: None,
+            tls: tls::TlsArgs::default(),
             command: Command::Lab(gangway_lab::cli::LabPassthrough {
                 args: argv[2..].to_vec(),
             }),
@@ -183,6 +188,8 @@ const RUNTIME_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(1
 /// Runs one command. Commands return a typed [`CliError`]; `anyhow` is for what main itself
 /// starts (e.g. an embedded server).
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Read only by the commands that reach a registry, so a bad file fails no other command.
+    let client_tls = || cli.tls.read();
     match cli.command {
         Command::Server(a) => return server::run(a).await.map(|()| ExitCode::from(EXIT_OK)),
         Command::Demo(a) => {
@@ -191,12 +198,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map(|()| ExitCode::from(EXIT_OK));
         }
         Command::DemoService(a) => {
-            return demo::service::run(a, cli.token)
+            return demo::service::run(a, cli.token, client_tls()?)
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
         Command::Proxy(a) => {
-            return gangway_proxy::run(a.options(cli.token))
+            let mut options = a.options(cli.token);
+            options.tls = client_tls()?;
+            return gangway_proxy::run(options)
                 .await
                 .map(|()| ExitCode::from(EXIT_OK));
         }
@@ -208,14 +217,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return gangway_bench::run(a).await.map(|_| ExitCode::from(EXIT_OK));
         }
         Command::DemoClient(a) => {
-            let report = demo::client::run(a, cli.token).await?;
+            let report = demo::client::run(a, cli.token, client_tls()?).await?;
             return Ok(ExitCode::from(if report.failed == 0 {
                 EXIT_OK
             } else {
                 EXIT_FAILURE
             }));
         }
-        Command::Run(a) => return run::run(a, cli.json, cli.token).await,
+        Command::Run(a) => return run::run(a, cli.json, cli.token, client_tls()?).await,
         Command::Auth(a) => return commands::auth::run(a).map(|()| ExitCode::from(EXIT_OK)),
         Command::Lab(a) => {
             let a = match a.parse() {
@@ -232,8 +241,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    let ctx =
-        Context::with_token(&cli.server, cli.token.as_deref(), cli.json).map_err(CliError::from)?;
+    let ctx = Context::new(&cli.server, cli.token.as_deref(), &client_tls()?, cli.json)
+        .map_err(CliError::from)?;
     let outcome = match cli.command {
         Command::Register(a) => register::register(&ctx, a).await,
         Command::Heartbeat(a) => register::heartbeat(&ctx, a).await,

@@ -8,7 +8,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
 /// The local IP the kernel would use to connect to `target` (`HOST:PORT`, `[IPV6]:PORT`, with
-/// or without `http://`).
+/// or without `http://` or `https://`).
 ///
 /// Nothing is sent: a UDP socket is connected, which only picks the route, and asked for its
 /// local address. A host name is resolved first; its first address counts.
@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 /// # Errors
 /// The name does not resolve, or no route leads to it (`ENETUNREACH`).
 pub async fn local_ip_toward(target: &str) -> io::Result<IpAddr> {
-    let host_port = target.strip_prefix("http://").unwrap_or(target);
+    let host_port = crate::args::strip_scheme(target);
     let host_port = host_port.strip_suffix('/').unwrap_or(host_port);
     let peer = tokio::net::lookup_host(host_port)
         .await?

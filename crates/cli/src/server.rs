@@ -131,6 +131,17 @@ pub struct ServerArgs {
     /// /metrics requires credentials too (any valid token or user); needs --auth.
     #[arg(long)]
     pub metrics_auth: bool,
+    /// PEM certificate chain (the server's own certificate first): serve both ports over TLS,
+    /// with --tls-key. Re-read on SIGHUP and when a file changes (docs/security.md, "TLS").
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: every client must present a certificate signed by one of them, or
+    /// its TLS handshake fails (needs --tls-cert).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `gangway_server=debug`.
     #[arg(long, default_value = "info", value_name = "FILTER", value_parser = parse_log_filter)]
     pub log: String,
@@ -239,6 +250,85 @@ impl ServerArgs {
     }
 }
 
+/// How often `gangway server` looks at the TLS files' modification times and sizes, to reload
+/// them when they change (a renewed certificate, a Kubernetes secret swapped): every 2 s. A
+/// look is three `stat` calls.
+pub const TLS_FILE_POLL: Duration = Duration::from_secs(2);
+
+impl ServerArgs {
+    /// The TLS files of --tls-cert, --tls-key and --tls-client-ca, loaded; `None` without
+    /// --tls-cert.
+    ///
+    /// Errors (a [`CliError::Usage`], exit 2): the first file that cannot be used, naming its
+    /// flag, the file and the problem.
+    #[cfg(feature = "tls")]
+    pub fn tls(&self) -> Result<Option<gangway_server::tls::Tls>, CliError> {
+        use gangway_server::tls::{Tls, TlsFiles};
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let files = TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        };
+        Tls::load(files).map(Some).map_err(|e| {
+            let flag = tls_flag(&e);
+            CliError::usage(flag, format!("{flag} {}: {}", e.path.display(), e.reason))
+        })
+    }
+
+    /// Without TLS support any TLS flag is refused.
+    #[cfg(not(feature = "tls"))]
+    pub fn tls(&self) -> Result<Option<std::convert::Infallible>, CliError> {
+        match self.tls_cert {
+            Some(_) => Err(CliError::usage(
+                "--tls-cert",
+                format!("--tls-cert: {}", crate::tls::NO_TLS),
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The flag that names the file of `e`.
+#[cfg(feature = "tls")]
+fn tls_flag(e: &gangway_server::tls::TlsError) -> &'static str {
+    use gangway_server::tls::TlsFileKind;
+    match e.kind {
+        TlsFileKind::Cert => "--tls-cert",
+        TlsFileKind::Key => "--tls-key",
+        TlsFileKind::ClientCa => "--tls-client-ca",
+    }
+}
+
+/// Reloads the TLS files (after SIGHUP, or when `changed_only`, if a file changed) and logs
+/// the outcome in one line; nothing without TLS, or when nothing changed.
+#[cfg(feature = "tls")]
+fn reload_tls(tls: Option<&gangway_server::tls::Tls>, trigger: &str, changed_only: bool) {
+    let Some(tls) = tls else { return };
+    let outcome = if changed_only {
+        match tls.reload_if_changed() {
+            Some(outcome) => outcome,
+            None => return,
+        }
+    } else {
+        tls.reload()
+    };
+    match outcome {
+        Ok(()) => tracing::info!(
+            cert = %tls.files().cert.display(),
+            "{trigger}: TLS files reloaded; new connections get them"
+        ),
+        Err(e) => tracing::warn!(
+            "{trigger}: TLS files not reloaded, the old ones stay: {} {}: {}",
+            tls_flag(&e),
+            e.path.display(),
+            e.reason
+        ),
+    }
+}
+
 /// The config's field names as the flags that set them (`liveness.lease_ttl` is
 /// `--lease-ttl`, `connections.http_max` is `--http-max-connections`).
 fn flag_of(field: &str) -> String {
@@ -275,6 +365,7 @@ fn flag_problems(e: ConfigError) -> CliError {
 /// Runs the registry until SIGINT/SIGTERM, then stops within `--shutdown-timeout`.
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let config = args.config()?;
+    let tls = args.tls()?;
     // Handlers first, so that a signal sent right after the start-up line is never lost.
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
@@ -293,6 +384,16 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let store = gangway_store_redb::RedbStore::open(&args.data_dir)
         .with_context(|| format!("data dir {}", args.data_dir.display()))?;
     let mut config = config;
+    #[cfg(feature = "tls")]
+    {
+        config.security.tls = tls.clone();
+    }
+    let tls_mode = tls.as_ref().map_or("off", |t| {
+        #[cfg(feature = "tls")]
+        return t.mode();
+        #[cfg(not(feature = "tls"))]
+        match *t {}
+    });
     if let Some(path) = &args.auth {
         config.security.authority = gangway_server::auth::Authority::load(path)
             .with_context(|| "--auth: cannot load the users and tokens")?;
@@ -313,7 +414,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let (http_max, grpc_max) = server.max_connections;
     println!(
         "gangway server {} listening: http={} grpc={} data-dir={} warm-up={} \
-         max-connections={http_max}/{grpc_max} budget={} fd-limit={fd_limit} auth={}",
+         max-connections={http_max}/{grpc_max} budget={} fd-limit={fd_limit} auth={} \
+         tls={tls_mode}",
         env!("CARGO_PKG_VERSION"),
         server.http_addr,
         server.grpc_addr,
@@ -322,17 +424,27 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         server.connection_budget,
         if authority.is_on() { "on" } else { "off" },
     );
+    let mut tls_poll = tokio::time::interval(TLS_FILE_POLL);
+    tls_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break }
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break }
-            _ = hup.recv() => match authority.reload() {
-                Ok((users, tokens)) if authority.is_on() => {
-                    tracing::info!(users, tokens, "SIGHUP: auth file reloaded");
+            _ = hup.recv() => {
+                match authority.reload() {
+                    Ok((users, tokens)) if authority.is_on() => {
+                        tracing::info!(users, tokens, "SIGHUP: auth file reloaded");
+                    }
+                    Ok(_) => tracing::info!("SIGHUP: no --auth file to reload"),
+                    Err(e) => tracing::warn!(error = %e, "SIGHUP: auth file not reloaded, the old one stays"),
                 }
-                Ok(_) => tracing::info!("SIGHUP: no --auth file to reload"),
-                Err(e) => tracing::warn!(error = %e, "SIGHUP: auth file not reloaded, the old one stays"),
-            },
+                #[cfg(feature = "tls")]
+                reload_tls(tls.as_ref(), "SIGHUP", false);
+            }
+            _ = tls_poll.tick(), if tls.is_some() => {
+                #[cfg(feature = "tls")]
+                reload_tls(tls.as_ref(), "TLS files changed", true);
+            }
         }
     }
     let report = server.shutdown().await;

@@ -262,7 +262,8 @@ fn server_must_be_host_and_port() {
         ("localhost:http", "must be a number"),
         (":8848", "missing host"),
         ("::1:8848", "IPv6 addresses need brackets"),
-        ("https://h:8848", "https is not supported"),
+        ("ftp://h:8848", "only http:// and https://"),
+        ("https://h:8848/v1", "expected HOST:PORT"),
         ("h:8848/v1", "expected HOST:PORT"),
     ] {
         let line = value_error(&["--server", server, "services"]);
@@ -278,6 +279,7 @@ fn server_must_be_host_and_port() {
         "localhost:8848",
         "[::1]:8848",
         "http://registry.internal:8848/",
+        "https://registry.internal:8848",
     ] {
         let cli = parse(&["services", "--server", server]).unwrap();
         assert_eq!(cli.server, server);

@@ -191,7 +191,10 @@ async fn the_grpc_port_by_mistake_gets_a_hint() {
     assert!(
         err.starts_with(&format!(
             "error: {grpc} does not look like a gangway registry ("
-        )) && err.ends_with("); is this the gRPC port? the REST port is usually 8848\n"),
+        )) && err.ends_with(
+            "); is this the gRPC port? the REST port is usually 8848 (a registry that serves \
+             TLS needs https://)\n"
+        ),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");

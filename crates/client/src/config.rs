@@ -32,7 +32,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    /// Registry gRPC address: `http://host:port` or `host:port` (then `http://` is assumed).
+    /// Registry gRPC address: `http://host:port`, `https://host:port` (TLS; cargo feature
+    /// `tls`) or `host:port` (then `http://` is assumed).
     pub address: String,
     /// Name shown in the registry's subscriber listings. Default `gangway-client/<pid>`.
     pub client_name: String,
@@ -61,6 +62,38 @@ pub struct ClientConfig {
     /// API token or login token sent on every session (`authorization: Bearer ...` metadata)
     /// to a registry that runs with `--auth`. Default none.
     pub token: Option<Token>,
+    /// TLS toward an `https://` address: the CA to trust and a client identity. Default: none
+    /// (the system's roots, no client certificate).
+    pub tls: ClientTls,
+}
+
+/// TLS settings of an `https://` [`ClientConfig::address`] (cargo feature `tls`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientTls {
+    /// PEM CA certificates that the registry's certificate must chain to, instead of the
+    /// system's roots (as curl's `--cacert`): a private CA. `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate and key, for a registry that requires them (`--tls-client-ca`).
+    pub identity: Option<ClientIdentity>,
+}
+
+/// A client certificate chain and its private key, PEM. Its `Debug` shows no key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientIdentity {
+    /// The certificate chain, PEM, the client's own certificate first.
+    pub cert_pem: Vec<u8>,
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientIdentity")
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .field("key_pem", &format_args!("<redacted>"))
+            .finish()
+    }
 }
 
 /// A secret token; its `Debug` shows no secret, so a logged config leaks nothing.
@@ -99,7 +132,43 @@ impl ClientConfig {
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             token: None,
+            tls: ClientTls::default(),
         }
+    }
+
+    /// Trusts the CA certificates in `pem` (instead of the system's roots) for an `https://`
+    /// address: [`ClientTls::ca_pem`].
+    pub fn with_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Presents the client certificate `cert_pem` with its key `key_pem` to a registry that
+    /// requires client certificates: [`ClientTls::identity`].
+    pub fn with_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.identity = Some(ClientIdentity {
+            cert_pem: cert_pem.into(),
+            key_pem: key_pem.into(),
+        });
+        self
+    }
+
+    /// Sets [`tls`](Self::tls) to `tls` (the CLI's `--ca`, `--client-cert`, `--client-key`,
+    /// read into one [`ClientTls`]).
+    pub fn with_tls(mut self, tls: ClientTls) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The address is `https://`.
+    fn is_https(&self) -> bool {
+        self.address
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
     }
 
     /// Sets [`token`](Self::token).
@@ -185,6 +254,7 @@ impl ClientConfig {
                 problems.push("token: empty or not printable ASCII".to_owned());
             }
         }
+        self.check_tls(&mut problems);
         if self.backoff_max < self.backoff_initial {
             problems.push(format!(
                 "backoff_max: {:?} is below backoff_initial {:?}",
@@ -198,19 +268,69 @@ impl ClientConfig {
         }
     }
 
-    /// The tonic endpoint: connect timeout, keepalive, TCP_NODELAY.
-    pub(crate) fn endpoint(&self) -> Result<tonic::transport::Endpoint, Error> {
-        let endpoint = tonic::transport::Endpoint::from_shared(self.uri()).map_err(|e| {
-            Error::InvalidConfig {
-                problems: vec![format!("address: {e}")],
+    /// The TLS settings' problems: they need an `https://` address, an `https://` address
+    /// needs the `tls` feature, and the PEM texts must hold a certificate (and a key).
+    fn check_tls(&self, problems: &mut Vec<String>) {
+        let ClientTls { ca_pem, identity } = &self.tls;
+        if !self.is_https() {
+            if ca_pem.is_some() || identity.is_some() {
+                problems
+                    .push("tls: a CA or a client identity needs an https:// address".to_owned());
             }
-        })?;
-        Ok(endpoint
+            return;
+        }
+        #[cfg(not(feature = "tls"))]
+        problems.push(
+            "address: https:// needs TLS, which this build of gangway-client lacks (cargo \
+             feature tls)"
+                .to_owned(),
+        );
+        #[cfg(feature = "tls")]
+        {
+            use rustls_pki_types::pem::PemObject;
+            use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+            let has_cert = |pem: &[u8]| CertificateDer::pem_slice_iter(pem).any(|c| c.is_ok());
+            if ca_pem.as_deref().is_some_and(|pem| !has_cert(pem)) {
+                problems.push("tls.ca_pem: no PEM certificate".to_owned());
+            }
+            if let Some(id) = identity {
+                if !has_cert(&id.cert_pem) {
+                    problems.push("tls.identity.cert_pem: no PEM certificate".to_owned());
+                }
+                if PrivateKeyDer::from_pem_slice(&id.key_pem).is_err() {
+                    problems.push("tls.identity.key_pem: no PEM private key".to_owned());
+                }
+            }
+        }
+    }
+
+    /// The tonic endpoint: connect timeout, keepalive, TCP_NODELAY, and TLS for `https://`.
+    pub(crate) fn endpoint(&self) -> Result<tonic::transport::Endpoint, Error> {
+        let invalid = |e: &dyn std::fmt::Display| Error::InvalidConfig {
+            problems: vec![format!("address: {e}")],
+        };
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(self.uri()).map_err(|e| invalid(&e))?;
+        let endpoint = endpoint
             .connect_timeout(self.connect_timeout)
             .http2_keep_alive_interval(self.keepalive_interval)
             .keep_alive_timeout(self.keepalive_timeout)
             .keep_alive_while_idle(true)
-            .tcp_nodelay(true))
+            .tcp_nodelay(true);
+        #[cfg(feature = "tls")]
+        if self.is_https() {
+            use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+            let ClientTls { ca_pem, identity } = &self.tls;
+            let mut tls = match ca_pem {
+                Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
+                None => ClientTlsConfig::new().with_native_roots(),
+            };
+            if let Some(id) = identity {
+                tls = tls.identity(Identity::from_pem(&id.cert_pem, &id.key_pem));
+            }
+            return endpoint.tls_config(tls).map_err(|e| invalid(&e));
+        }
+        Ok(endpoint)
     }
 }
 

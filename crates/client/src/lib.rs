@@ -55,9 +55,9 @@ pub mod tower;
 
 pub use client::{Client, ReadyReport, Registration, SessionInfo};
 pub use config::{
-    ClientConfig, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_REFRESH,
-    DEFAULT_REQUEST_TIMEOUT, MAX_DURATION, Token,
+    ClientConfig, ClientIdentity, ClientTls, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_REFRESH, DEFAULT_REQUEST_TIMEOUT, MAX_DURATION, Token,
 };
 pub use error::Error;
 pub use gangway_core::drain::{DrainReport, SubscriberAck};

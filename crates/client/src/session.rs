@@ -758,7 +758,13 @@ impl OpenFailure {
         let code = match status.code() {
             tonic::Code::Unauthenticated => "unauthenticated",
             tonic::Code::PermissionDenied => "forbidden",
-            _ => return OpenFailure::Retry(format!("{what}: {status}")),
+            // The status's message, then its sources (a TLS alert from the registry).
+            _ => {
+                let cause = std::error::Error::source(status)
+                    .map(|s| format!(": {}", describe(s)))
+                    .unwrap_or_default();
+                return OpenFailure::Retry(format!("{what}: {}{cause}", status.message()));
+            }
         };
         OpenFailure::Refused {
             code,
@@ -819,13 +825,19 @@ async fn open(
     }
 }
 
-/// The error and its sources, since tonic's transport error alone says only "transport error".
+/// The error and its sources, since tonic's transport error alone says only "transport error"
+/// (a source that says what the one before it said is left out).
 fn describe(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
+    let mut last = text.clone();
     let mut source = e.source();
     while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
+        let next = s.to_string();
+        if next != last {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        last = next;
         source = s.source();
     }
     text

@@ -71,6 +71,7 @@ impl ProxyArgs {
                 namespace: self.namespace.clone(),
                 group: self.group.clone(),
             },
+            tls: gangway_client::ClientTls::default(),
         }
     }
 }

@@ -134,6 +134,9 @@ pub struct RunOptions {
     pub config: Option<PathBuf>,
     /// Flags that win over the file.
     pub overrides: Overrides,
+    /// TLS toward an `https://` registry (the CLI's global `--ca`, `--client-cert`,
+    /// `--client-key`). Default: the system's roots, no client certificate.
+    pub tls: gangway_client::ClientTls,
     /// The registry's API token when it runs with `--auth` (`--token`, `GANGWAY_TOKEN`): sent
     /// as the session's `Authorization: Bearer`. `None`: no credentials.
     pub token: Option<String>,
@@ -171,7 +174,8 @@ pub async fn run(options: RunOptions) -> anyhow::Result<()> {
     let client = Client::start(
         ClientConfig::new(config.registry.clone())
             .with_client_name(format!("gangway-proxy/{}", std::process::id()))
-            .with_optional_token(options.token.clone()),
+            .with_optional_token(options.token.clone())
+            .with_tls(options.tls.clone()),
     )
     .with_context(|| format!("registry address {}", config.registry))?;
 

@@ -172,6 +172,11 @@ pub struct Security {
     /// Auth is off on a non-loopback address by the operator's explicit choice
     /// (`--insecure-no-auth`): `/v1/health` says `"auth": "off"`.
     pub insecure_no_auth: bool,
+    /// TLS on both ports (`--tls-cert`, `--tls-key`, `--tls-client-ca`; cargo feature
+    /// `tls`). `None` (default): plain TCP. `/v1/health` says `"tls": "off"`, `"on"` or
+    /// `"mutual"` (client certificates required).
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::Tls>,
 }
 
 /// Nacos gRPC client detection (Nacos's `ClientDetectionRequest`): a connection that sent

@@ -39,6 +39,8 @@ pub mod http;
 pub mod metrics;
 pub mod nacos;
 pub mod serve;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use config::Config;
 pub use engine::Registry;
@@ -135,6 +137,7 @@ pub async fn start(
         &caps,
         budget.clone(),
         connection_metrics.clone(),
+        &config.security,
     );
     let grpc = serve::Serving::grpc(
         grpc_listener,
@@ -144,6 +147,7 @@ pub async fn start(
         &caps,
         budget,
         connection_metrics,
+        &config.security,
     );
     Ok(RunningServer {
         http_addr,

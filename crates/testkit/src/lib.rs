@@ -1,11 +1,15 @@
 //! What gangway's tests share. Tests synchronise by polling a condition with a deadline,
 //! never by sleeping a guessed time (STYLE: "no `sleep` as synchronisation"). Both helpers use
-//! tokio's clock, so they also work under `#[tokio::test(start_paused = true)]`.
+//! tokio's clock, so they also work under `#[tokio::test(start_paused = true)]`. With the
+//! feature `tls`, [`tls`] makes a private CA and certificates for TLS tests.
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+#[cfg(feature = "tls")]
+pub mod tls;
 
 /// How long [`eventually`] waits before it fails: 5 s.
 pub const WAIT: Duration = Duration::from_secs(5);

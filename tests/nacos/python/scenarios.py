@@ -30,6 +30,7 @@ from v2.nacos import (
     NacosNamingService,
     RegisterInstanceParam,
     SubscribeServiceParam,
+    TLSConfig,
 )
 
 STEP_TIMEOUT = 15.0
@@ -44,11 +45,13 @@ def fail(msg):
     sys.exit(1)
 
 
-async def client(addr, namespace="", username=None, password=None):
+async def client(addr, namespace="", username=None, password=None, tls=None):
     scratch = os.environ.get("NACOS_SCRATCH") or tempfile.mkdtemp(prefix="nacos-py-")
     builder = ClientConfigBuilder()
     if username is not None:
         builder = builder.username(username).password(password)
+    if tls is not None:
+        builder = builder.tls_config(tls)
     cfg = (
         builder
         .server_address(addr)
@@ -254,6 +257,22 @@ async def load(addr, service, rate, secs):
     say(json.dumps({"sent": len(results), "failed": len(failures), "failures": failures[:20]}))
 
 
+async def record_pushes(ns, service):
+    """Subscribes `ns` to `service` and keeps every pushed view; returns `pushed(want)`, which
+    says whether a push held exactly the addresses `want` (sorted `ip:port`)."""
+    seen = []
+
+    async def on_change(instances):
+        seen.append(sorted(f"{i.ip}:{i.port}" for i in instances))
+
+    await ns.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+
+    async def pushed(want):
+        return any(s == want for s in seen)
+
+    return pushed
+
+
 async def auth(addr, service):
     """Against `gangway server --auth`: the SDK logs in with username/password
     (/nacos/v1/auth/users/login) and sends the accessToken on every gRPC request. A `write` user
@@ -261,21 +280,12 @@ async def auth(addr, service):
     registers nothing."""
     writer = await client(addr, username="writer", password="writer-pw")
     reader = await client(addr, username="reader", password="reader-pw")
-    seen = []
-
-    async def on_change(instances):
-        seen.append(sorted(f"{i.ip}:{i.port}" for i in instances))
-
-    await reader.subscribe(SubscribeServiceParam(service_name=service, subscribe_callback=on_change))
+    pushed = await record_pushes(reader, service)
     if not await writer.register_instance(reg(service, "10.3.0.1", 8001)):
         fail("the write user's register_instance returned False")
     if not await writer.register_instance(reg(service + "-b", "10.3.0.2", 8002)):
         fail("the write user's second register_instance returned False")
     say("ok logged in as writer (username/password), registered")
-
-    async def pushed(want):
-        return any(s == want for s in seen)
-
     took = await until(lambda: pushed(["10.3.0.1:8001"]), "the push of the registration")
     say(f"ok logged in as reader, subscribed, pushed the registration ({took * 1000:.0f} ms)")
     await writer.deregister_instance(
@@ -316,10 +326,40 @@ async def auth(addr, service):
     say("PASS python nacos-sdk auth")
 
 
+async def tls(addr, service, ca, cert, key):
+    """Against `gangway server --tls-cert --tls-key --tls-client-ca --auth` at an https://
+    address: the SDK's TLSConfig (CA, client certificate and key; its gRPC channel reads all
+    three files) carries the login over HTTPS and the gRPC session. A provider registers, a
+    consumer subscribes and is pushed the registration, then the change to another instance."""
+    config = TLSConfig(enabled=True, ca_file=ca, cert_file=cert, key_file=key)
+    # The login (`/nacos/v1/auth/users/login`) goes over HTTPS, the session over gRPC with TLS.
+    provider = await client(addr, username="writer", password="writer-pw", tls=config)
+    consumer = await client(addr, username="writer", password="writer-pw", tls=config)
+    pushed = await record_pushes(consumer, service)
+    if not await provider.register_instance(reg(service, "10.4.0.1", 8001)):
+        fail("register_instance over TLS returned False")
+    took = await until(lambda: pushed(["10.4.0.1:8001"]), "the push of the registration")
+    say(f"ok registered over TLS, the subscriber was pushed it ({took * 1000:.0f} ms)")
+    got, _ = await addrs(consumer, service)
+    if got != ["10.4.0.1:8001"]:
+        fail(f"list over TLS: {got}")
+    await provider.deregister_instance(
+        DeregisterInstanceParam(service_name=service, ip="10.4.0.1", port=8001)
+    )
+    await provider.register_instance(reg(service, "10.4.0.2", 8002))
+    took = await until(lambda: pushed(["10.4.0.2:8002"]), "the push of the change")
+    say(f"ok deregistered and registered another, the subscriber was pushed it ({took * 1000:.0f} ms)")
+    for ns in (provider, consumer):
+        await ns.shutdown()
+    say("PASS python nacos-sdk tls")
+
+
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
-    run = {"basic": basic, "holder": holder, "consumer": consumer, "load": load, "auth": auth}[mode]
-    asyncio.run(asyncio.wait_for(run(*args), None if mode not in ("basic", "auth") else 120))
+    run = {
+        "basic": basic, "holder": holder, "consumer": consumer, "load": load, "auth": auth, "tls": tls,
+    }[mode]
+    asyncio.run(asyncio.wait_for(run(*args), None if mode not in ("basic", "auth", "tls") else 120))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+use gangway_client::ClientTls;
 use gangway_wire::client::{RestClient, RestError};
 
 use crate::error::{CliError, EXIT_OK};
@@ -30,13 +31,23 @@ pub struct Context {
 pub type Outcome = Result<ExitCode, CliError>;
 
 impl Context {
-    /// A context for the registry at `server` (`host:port`) whose requests carry `token`
-    /// (`--token`, `GANGWAY_TOKEN`).
-    pub fn with_token(server: &str, token: Option<&str>, json: bool) -> Result<Self, RestError> {
-        let registry = RestClient::builder(server)
+    /// A context for the registry at `server` (`host:port`, `http://` or `https://host:port`)
+    /// whose requests carry `token` (`--token`, `GANGWAY_TOKEN`), with the TLS settings `tls`
+    /// (`--ca`, `--client-cert`, `--client-key`).
+    pub fn new(
+        server: &str,
+        token: Option<&str>,
+        tls: &ClientTls,
+        json: bool,
+    ) -> Result<Self, RestError> {
+        let mut builder = RestClient::builder(server)
             .user_agent(concat!("gangway-cli/", env!("CARGO_PKG_VERSION")))
             .token(token)
-            .build()?;
+            .ca_pem(tls.ca_pem.clone());
+        if let Some(id) = &tls.identity {
+            builder = builder.identity_pem(id.cert_pem.clone(), id.key_pem.clone());
+        }
+        let registry = builder.build()?;
         Ok(Self {
             registry,
             server: server.to_owned(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use gangway_client::http::HttpClient;
-use gangway_client::{Client, ClientConfig, Subscription};
+use gangway_client::{Client, ClientConfig, ClientTls, Subscription};
 use gangway_core::model::ServiceKey;
 
 use super::pipeline::PipelineArgs;
@@ -94,12 +94,18 @@ pub async fn subscribe_ready(
 }
 
 /// Runs the demo client and prints failures, view changes and the summary; `token` is sent
-/// on its session (`--token`).
-pub async fn run(args: ClientArgs, token: Option<String>) -> anyhow::Result<LoadReport> {
+/// on its session (`--token`), `tls` is its TLS toward an `https://` registry (`--ca`,
+/// `--client-cert`, `--client-key`).
+pub async fn run(
+    args: ClientArgs,
+    token: Option<String>,
+    tls: ClientTls,
+) -> anyhow::Result<LoadReport> {
     let client = Client::connect(
         ClientConfig::new(args.registry.clone())
             .with_client_name("demo-client")
-            .with_optional_token(token),
+            .with_optional_token(token)
+            .with_tls(tls),
     )
     .await
     .with_context(|| format!("cannot reach the registry at {}", args.registry))?;

@@ -29,7 +29,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::{Args, ValueEnum};
 use gangway_client::tower::{DrainSignal, DrainingLayer};
-use gangway_client::{Client, ClientConfig};
+use gangway_client::{Client, ClientConfig, ClientTls};
 use gangway_core::model::{InstanceKey, ServiceKey};
 use gangway_wire::ErrorCode;
 use gangway_wire::client::{InstanceRef, RestClient, ServiceRef};
@@ -187,8 +187,9 @@ async fn control_heal(State(d): State<Demo>) -> &'static str {
     "healed"
 }
 
-/// Runs the demo service until SIGTERM/SIGINT; `token` is sent on its session (`--token`).
-pub async fn run(args: ServiceArgs, token: Option<String>) -> anyhow::Result<()> {
+/// Runs the demo service until SIGTERM/SIGINT; `token` is sent on its session (`--token`),
+/// `tls` is its TLS toward an `https://` registry (`--ca`, `--client-cert`, `--client-key`).
+pub async fn run(args: ServiceArgs, token: Option<String>, tls: ClientTls) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("bind {}", args.listen))?;
@@ -228,7 +229,8 @@ pub async fn run(args: ServiceArgs, token: Option<String>) -> anyhow::Result<()>
     let client = Client::connect(
         ClientConfig::new(args.registry.clone())
             .with_client_name(format!("demo-service {name}"))
-            .with_optional_token(token),
+            .with_optional_token(token)
+            .with_tls(tls),
     )
     .await
     .with_context(|| format!("cannot reach the registry at {}", args.registry))?;

@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use gangway_client::balance::warm_up::warm_up_metadata;
-use gangway_client::{Client, ClientConfig, ReadyReport, Registration, Subscription};
+use gangway_client::{Client, ClientConfig, ClientTls, ReadyReport, Registration, Subscription};
 use gangway_core::model::{DEFAULT_GROUP, DEFAULT_NAMESPACE, InstanceKey, ServiceKey};
 use serde_json::Value;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -189,6 +189,8 @@ struct Plan {
     service: ServiceKey,
     check: ReadyCheck,
     registry: String,
+    /// TLS toward an `https://` registry (the global `--ca`, `--client-cert`, `--client-key`).
+    tls: ClientTls,
     /// The registry's API token (`--token`), sent on the session.
     token: Option<String>,
 }
@@ -262,6 +264,7 @@ impl Plan {
                 registry,
                 token: None,
                 args,
+                tls: ClientTls::default(),
             }),
             _ => Err(problems),
         }
@@ -283,8 +286,14 @@ impl Plan {
 /// starting at all (no signal handler, the readiness port taken, the program not found).
 /// Everything later is a logged step and an exit status.
 ///
-/// `token`: the registry's API token (`--token`, `GANGWAY_TOKEN`), sent on the session.
-pub async fn run(args: RunArgs, json: bool, token: Option<String>) -> anyhow::Result<ExitCode> {
+/// `token`: the registry's API token (`--token`, `GANGWAY_TOKEN`), sent on the session; `tls`:
+/// TLS toward an `https://` registry (`--ca`, `--client-cert`, `--client-key`).
+pub async fn run(
+    args: RunArgs,
+    json: bool,
+    token: Option<String>,
+    tls: ClientTls,
+) -> anyhow::Result<ExitCode> {
     // Bad arguments go out as every other command's: one line, exit 2.
     let mut plan = Plan::new(args).map_err(|problems| CliError::Usage {
         field: problems.first().map(|(field, _)| (*field).to_owned()),
@@ -294,6 +303,7 @@ pub async fn run(args: RunArgs, json: bool, token: Option<String>) -> anyhow::Re
             .collect::<Vec<_>>()
             .join("; "),
     })?;
+    plan.tls = tls;
     plan.token = token;
     let events = Arc::new(Events::new(json));
     // Handlers first: a signal during start-up must reach the drain logic, not kill us.
@@ -368,7 +378,8 @@ async fn lifecycle(
     let connect = Client::connect(
         ClientConfig::new(plan.registry.clone())
             .with_client_name(format!("gangway run {}", plan.service))
-            .with_optional_token(plan.token.clone()),
+            .with_optional_token(plan.token.clone())
+            .with_tls(plan.tls.clone()),
     );
     let client = tokio::select! {
         name = next_signal(term, int) => {

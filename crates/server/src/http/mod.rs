@@ -223,12 +223,23 @@ async fn health(State(s): State<AppState>) -> Response {
             "off"
         }
         .to_owned(),
+        tls: tls_mode(&s.registry.config().security).to_owned(),
     });
     if loading {
         (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
     } else {
         body.into_response()
     }
+}
+
+/// `"off"`, `"on"` or `"mutual"` (client certificates required).
+fn tls_mode(security: &crate::config::Security) -> &'static str {
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &security.tls {
+        return tls.mode();
+    }
+    let _ = security;
+    "off"
 }
 
 async fn openapi() -> Response {

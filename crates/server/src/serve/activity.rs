@@ -110,6 +110,11 @@ impl Activity {
         }
     }
 
+    /// The connection's policy.
+    pub(crate) fn policy(&self) -> Policy {
+        self.policy
+    }
+
     fn lock(&self) -> MutexGuard<'_, Phase> {
         self.phase.lock().unwrap_or_else(|p| p.into_inner())
     }

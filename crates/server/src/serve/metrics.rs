@@ -26,6 +26,9 @@ pub struct ConnectionMetrics {
     pub heads_refused: Family<PortLabel, Counter>,
     /// Failed accepts (for example EMFILE: out of file descriptors).
     pub accept_errors: Family<PortLabel, Counter>,
+    /// TLS handshakes that failed: a plain-text client, no or an untrusted client
+    /// certificate, no common protocol version or ALPN protocol (TLS ports only).
+    pub tls_failed: Family<PortLabel, Counter>,
 }
 
 impl ConnectionMetrics {
@@ -53,6 +56,11 @@ impl ConnectionMetrics {
             "accept_errors",
             "Failed accepts (e.g. out of file descriptors)",
             m.accept_errors.clone(),
+        );
+        r.register(
+            "tls_handshake_failures",
+            "TLS handshakes that failed (plain-text clients, missing or untrusted client certificates)",
+            m.tls_failed.clone(),
         );
         m
     }

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::{Connections, LivenessTiming};
+use crate::config::{Connections, LivenessTiming, Security};
 use crate::error::ApiError;
 
 mod accept;
@@ -44,7 +44,7 @@ pub(crate) use activity::BodyTimeout;
 pub use metrics::{ConnectionMetrics, PortLabel};
 
 use activity::Policy;
-use connection::PortShared;
+use connection::{PortShared, PortTls};
 
 /// Where a port is in its stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,9 +115,11 @@ pub(crate) struct Serving {
 }
 
 impl Serving {
-    /// Serves the REST API: HTTP/1.1 and HTTP/2 with prior knowledge, under the header and
-    /// idle timeouts of `limits`, at most `caps.http` connections and within `budget`, shared
-    /// with the gRPC port.
+    /// Serves the REST API: HTTP/1.1 and HTTP/2 with prior knowledge (with TLS: HTTP/1.1 and
+    /// HTTP/2 by ALPN), under the header and idle timeouts of `limits`, at most `caps.http`
+    /// connections and within `budget`, shared with the gRPC port. With `security.tls` every
+    /// connection starts with a TLS handshake, which must end within the header timeout of
+    /// the accept.
     pub(crate) fn http(
         listener: TcpListener,
         router: axum::Router,
@@ -125,6 +127,7 @@ impl Serving {
         caps: &Caps,
         budget: Budget,
         metrics: ConnectionMetrics,
+        security: &Security,
     ) -> Self {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         // Our own timeouts replace hyper's header read timeout (see `activity`).
@@ -147,13 +150,17 @@ impl Serving {
             idle: limits.http_idle_timeout,
             body: limits.http_body_timeout,
         };
+        let tls = port_tls(security, PortKind::Http);
         Self::spawn(
-            listener, "http", builder, router, refusals, policy, caps, max, budget, metrics,
+            listener, "http", builder, router, refusals, policy, caps, max, budget, metrics, tls,
         )
     }
 
     /// Serves gRPC: HTTP/2 only, keepalive pings as `liveness` says, the preface within the
     /// handshake timeout of `limits`, at most `caps.grpc` connections and within `budget`.
+    /// With `security.tls` every connection starts with a TLS handshake (ALPN `h2`), which
+    /// must end within that handshake timeout of the accept too.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn grpc(
         listener: TcpListener,
         router: axum::Router,
@@ -162,6 +169,7 @@ impl Serving {
         caps: &Caps,
         budget: Budget,
         metrics: ConnectionMetrics,
+        security: &Security,
     ) -> Self {
         let mut builder = auto::Builder::new(TokioExecutor::new()).http2_only();
         builder
@@ -181,8 +189,9 @@ impl Serving {
         let policy = Policy::Grpc {
             handshake: limits.grpc_handshake_timeout,
         };
+        let tls = port_tls(security, PortKind::Grpc);
         Self::spawn(
-            listener, "grpc", builder, router, refusals, policy, caps, max, budget, metrics,
+            listener, "grpc", builder, router, refusals, policy, caps, max, budget, metrics, tls,
         )
     }
 
@@ -198,12 +207,17 @@ impl Serving {
         max: usize,
         budget: Budget,
         metrics: ConnectionMetrics,
+        tls: PortTls,
     ) -> Self {
         let (phase, watching) = watch::channel(Phase::Serving);
+        #[cfg(not(feature = "tls"))]
+        let () = tls;
         let port = Arc::new(PortShared {
             label: PortLabel { port: label },
             builder,
             metrics,
+            #[cfg(feature = "tls")]
+            tls,
         });
         let task = tokio::spawn(
             accept::AcceptLoop {
@@ -248,6 +262,27 @@ impl Serving {
         (&mut self.task).await.unwrap_or_default()
     }
 }
+
+/// Which port, for its TLS settings.
+#[derive(Clone, Copy)]
+enum PortKind {
+    Http,
+    Grpc,
+}
+
+/// The TLS settings of the `kind` port in `security`.
+#[cfg(feature = "tls")]
+fn port_tls(security: &Security, kind: PortKind) -> PortTls {
+    let port = match kind {
+        PortKind::Http => crate::tls::Port::Http,
+        PortKind::Grpc => crate::tls::Port::Grpc,
+    };
+    security.tls.clone().map(|tls| (tls, port))
+}
+
+/// Without the `tls` feature no port has TLS settings.
+#[cfg(not(feature = "tls"))]
+fn port_tls(_: &Security, _: PortKind) -> PortTls {}
 
 /// The refusal beyond [`Connections::per_address_max`], naming the limit.
 fn per_address_message(max: usize) -> String {

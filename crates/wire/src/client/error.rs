@@ -6,7 +6,10 @@ use std::time::Duration;
 use crate::error::{ErrorBody, ErrorCode};
 
 /// Added to errors that suggest the address names the registry's gRPC (HTTP/2-only) port.
-pub const GRPC_PORT_HINT: &str = "is this the gRPC port? the REST port is usually 8848";
+pub const GRPC_PORT_HINT: &str = "is this the gRPC port? the REST port is usually 8848 (a registry that serves TLS needs https://)";
+
+/// What an `https://` address or a TLS file gets from a client built without TLS.
+pub const NO_TLS: &str = "this gangway was built without TLS (cargo feature tls)";
 
 /// Why a REST call failed. Classify by the variant, [`RestError::code`] or
 /// [`RestError::is_retryable`], never by the message.
@@ -68,6 +71,22 @@ pub enum RestError {
         /// What the user may have got wrong ([`GRPC_PORT_HINT`]), if it can tell.
         hint: Option<&'static str>,
     },
+    /// TLS with the registry failed: the handshake of an `https://` address (an untrusted
+    /// certificate, a client certificate required or refused, no TLS on the port), PEM files
+    /// that hold no certificate or key, or TLS asked of a client built without it ([`NO_TLS`]).
+    #[error(
+        "TLS with the registry at {server} failed: {reason}{}",
+        hint.map(|h| format!("; {h}")).unwrap_or_default()
+    )]
+    Tls {
+        /// The address as configured.
+        server: String,
+        /// The TLS library's reason, e.g. `invalid peer certificate: UnknownIssuer`, or the
+        /// file at fault by its CLI flag (`--ca: no PEM certificate in the file`).
+        reason: String,
+        /// What to change (`--ca`, `--client-cert`, the scheme), when it can tell.
+        hint: Option<&'static str>,
+    },
     /// The answer was JSON, but not of the expected shape.
     #[error("unexpected answer from the registry ({what}): {reason}")]
     Decode {
@@ -124,6 +143,14 @@ impl RestError {
         timeout: Option<Duration>,
     ) -> Self {
         let server = server.to_owned();
+        #[cfg(feature = "tls")]
+        if let Some(tls) = tls_error(e) {
+            return RestError::Tls {
+                server,
+                reason: tls.to_string(),
+                hint: tls_hint(tls),
+            };
+        }
         let reason = innermost(e);
         if speaks_http2_only(&reason) {
             return RestError::NotRegistry {
@@ -165,7 +192,10 @@ impl RestError {
             | RestError::Timeout { .. }
             | RestError::Transport { .. } => true,
             RestError::Status { status, .. } => *status >= 500,
-            RestError::NotRegistry { .. } | RestError::Decode { .. } => false,
+            // An untrusted certificate does not become trusted by waiting.
+            RestError::NotRegistry { .. } | RestError::Decode { .. } | RestError::Tls { .. } => {
+                false
+            }
         }
     }
 }
@@ -194,6 +224,50 @@ fn speaks_http2_only(reason: &str) -> bool {
     ]
     .iter()
     .any(|s| r.contains(s))
+}
+
+/// The TLS error among `e`'s sources, if any. An I/O error may carry it, inside another I/O
+/// error: `io::Error::source` skips the error it wraps, so that one is looked at directly.
+#[cfg(feature = "tls")]
+fn tls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(e);
+    while let Some(cur) = next {
+        if let Some(tls) = cur.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match cur
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => cur.source(),
+        };
+    }
+    None
+}
+
+/// What to change after a TLS failure, when it says: an untrusted certificate (`--ca`), a
+/// client certificate required or refused by the registry (`--client-cert`, `--client-key`),
+/// a peer that does not speak TLS (`http://`).
+#[cfg(feature = "tls")]
+fn tls_hint(e: &rustls::Error) -> Option<&'static str> {
+    use rustls::AlertDescription as Alert;
+    match e {
+        rustls::Error::InvalidCertificate(_) => Some(
+            "the registry's certificate is not trusted: pass --ca FILE (or GANGWAY_CA) with the \
+             CA that signed it",
+        ),
+        rustls::Error::AlertReceived(
+            Alert::CertificateRequired | Alert::BadCertificate | Alert::UnknownCA,
+        ) => Some(
+            "the registry requires a client certificate it trusts: pass --client-cert FILE \
+             --client-key FILE",
+        ),
+        rustls::Error::InvalidMessage(_) => {
+            Some("the registry does not seem to speak TLS on this port: try http://")
+        }
+        _ => None,
+    }
 }
 
 /// The deepest `source()` of an error: the OS's reason rather than reqwest's wrapper text.
@@ -283,7 +357,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "127.0.0.1:9848 does not look like a gangway registry (invalid HTTP version \
-             parsed); is this the gRPC port? the REST port is usually 8848"
+             parsed); is this the gRPC port? the REST port is usually 8848 (a registry that \
+             serves TLS needs https://)"
         );
     }
 
@@ -304,5 +379,16 @@ mod tests {
             reason: "missing field".into(),
         };
         assert!(!decode.is_retryable());
+        let tls = RestError::Tls {
+            server: "https://h:1".into(),
+            reason: "invalid peer certificate: UnknownIssuer".into(),
+            hint: Some("pass --ca FILE"),
+        };
+        assert_eq!(
+            tls.to_string(),
+            "TLS with the registry at https://h:1 failed: invalid peer certificate: \
+             UnknownIssuer; pass --ca FILE"
+        );
+        assert!(!tls.is_retryable());
     }
 }

@@ -35,8 +35,9 @@ use crate::rest::{
 
 mod error;
 mod sse;
+mod tls;
 
-pub use error::{GRPC_PORT_HINT, RestError};
+pub use error::{GRPC_PORT_HINT, NO_TLS, RestError};
 
 /// Time allowed to open a TCP connection to the registry: 5 s.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -65,6 +66,8 @@ pub struct Builder {
     connect_timeout: Duration,
     call_timeout: Duration,
     token: Option<String>,
+    ca_pem: Option<Vec<u8>>,
+    identity_pem: Option<(Vec<u8>, Vec<u8>)>,
     http: Option<reqwest::Client>,
 }
 
@@ -110,7 +113,8 @@ pub struct Watch {
 }
 
 impl RestClient {
-    /// A client of the registry at `server` (`host:port`, or a full `http://` URL) with the
+    /// A client of the registry at `server` (`host:port`, or a full `http://` or `https://`
+    /// URL; `https://` needs the cargo feature `tls`) with the
     /// default timeouts.
     ///
     /// # Errors
@@ -128,6 +132,8 @@ impl RestClient {
             connect_timeout: CONNECT_TIMEOUT,
             call_timeout: CALL_TIMEOUT,
             token: None,
+            ca_pem: None,
+            identity_pem: None,
             http: None,
         }
     }
@@ -488,9 +494,29 @@ impl Builder {
         self
     }
 
-    /// Sends through `http` (its pool, its connect timeout and user agent) instead of a client
-    /// of its own: [`user_agent`](Self::user_agent) and
-    /// [`connect_timeout`](Self::connect_timeout) no longer apply.
+    /// Trusts the PEM CA certificates in `pem` (one or more) instead of the system's roots
+    /// for an `https://` address, as curl's `--cacert` (a private CA); `None` (the default):
+    /// the system's roots. A bundle without a certificate is refused at
+    /// [`build`](Self::build) ([`RestError::Tls`]); a build without the cargo feature `tls`
+    /// refuses any.
+    pub fn ca_pem(mut self, pem: Option<Vec<u8>>) -> Self {
+        self.ca_pem = pem;
+        self
+    }
+
+    /// Presents the PEM client certificate `cert` with its PEM private key `key` to a
+    /// registry that requires client certificates (`--tls-client-ca`); default none. Text that
+    /// is not a certificate and key is refused at [`build`](Self::build) ([`RestError::Tls`]);
+    /// a build without the cargo feature `tls` refuses any.
+    pub fn identity_pem(mut self, cert: Vec<u8>, key: Vec<u8>) -> Self {
+        self.identity_pem = Some((cert, key));
+        self
+    }
+
+    /// Sends through `http` (its pool, its connect timeout, user agent and TLS) instead of a
+    /// client of its own: [`user_agent`](Self::user_agent),
+    /// [`connect_timeout`](Self::connect_timeout), [`ca_pem`](Self::ca_pem) and
+    /// [`identity_pem`](Self::identity_pem) no longer apply.
     pub fn http(mut self, http: reqwest::Client) -> Self {
         self.http = Some(http);
         self
@@ -500,7 +526,9 @@ impl Builder {
     ///
     /// # Errors
     /// [`RestError::Transport`] when the HTTP client cannot be set up, or the token is not
-    /// printable ASCII.
+    /// printable ASCII; [`RestError::Tls`] when the CA bundle holds no certificate, the
+    /// identity is not a PEM certificate and key, or (without the cargo feature `tls`) an
+    /// `https://` address or any TLS file is given ([`NO_TLS`]).
     pub fn build(self) -> Result<RestClient, RestError> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(token) = &self.token {
@@ -514,15 +542,20 @@ impl Builder {
         }
         let http = match self.http {
             Some(http) => http,
-            None => reqwest::Client::builder()
-                .default_headers(headers)
-                .connect_timeout(self.connect_timeout)
-                .user_agent(self.user_agent)
-                .build()
-                .map_err(|e| RestError::Transport {
-                    server: self.server.clone(),
-                    reason: error::innermost(&e),
-                })?,
+            None => tls::with_tls(
+                reqwest::Client::builder()
+                    .default_headers(headers)
+                    .connect_timeout(self.connect_timeout)
+                    .user_agent(self.user_agent),
+                &self.server,
+                self.ca_pem.as_deref(),
+                self.identity_pem.as_ref(),
+            )?
+            .build()
+            .map_err(|e| RestError::Transport {
+                server: self.server.clone(),
+                reason: error::innermost(&e),
+            })?,
         };
         let trimmed = self.server.trim_end_matches('/');
         let base = if trimmed.starts_with("http://") || trimmed.starts_with("https://") {

@@ -31,6 +31,10 @@ pub struct Health {
     /// listens on loopback only); empty from older registries.
     #[serde(default)]
     pub auth: String,
+    /// `off`, `on` when both ports speak TLS (`--tls-cert`), `mutual` when they also require a
+    /// client certificate (`--tls-client-ca`); empty from older registries.
+    #[serde(default)]
+    pub tls: String,
 }
 
 /// One service: `GET /v1/services/{service}`, each entry of [`ServiceList`], the answer of

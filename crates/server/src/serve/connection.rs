@@ -171,7 +171,7 @@ async fn serve<S>(
             changed = phase.changed(), if !closing => {
                 if changed.is_err() || matches!(*phase.borrow(), Phase::Draining(_)) {
                     if activity.closable_at_stop() {
-                        tracing::debug!(peer = %conn.peer, port = port.label.port, "connection closed at the stop: nothing in flight");
+                        tracing::debug!(%peer, port = port.label.port, "connection closed at the stop: nothing in flight");
                         break;
                     }
                     closing = true;

@@ -62,7 +62,14 @@ struct Shared {
     db: RwLock<Arc<Db>>,
     logins: Mutex<HashMap<[u8; 32], Login>>,
     verified: Mutex<HashSet<[u8; 32]>>,
+    /// Password hashes being checked at once, at most [`MAX_PASSWORD_CHECKS`]; more wait.
+    checks: tokio::sync::Semaphore,
 }
+
+/// Most password checks (argon2: about 19 MiB and tens of ms each) run at once, whatever asks
+/// (Basic auth, the Nacos login, the console); further ones wait their turn, so a flood of
+/// wrong passwords costs time, not memory.
+pub const MAX_PASSWORD_CHECKS: usize = 4;
 
 #[derive(Default)]
 struct Db {
@@ -118,6 +125,7 @@ impl Authority {
                 db: RwLock::new(Arc::new(f.into())),
                 logins: Mutex::new(HashMap::new()),
                 verified: Mutex::new(HashSet::new()),
+                checks: tokio::sync::Semaphore::new(MAX_PASSWORD_CHECKS),
             })),
         }
     }
@@ -287,6 +295,9 @@ impl Authority {
         if !cached {
             let password = password.to_owned();
             let check = hash.clone();
+            let Ok(_turn) = s.checks.acquire().await else {
+                return Err(bad());
+            };
             let ok = tokio::task::spawn_blocking(move || file::verify_password(&password, &check))
                 .await
                 .unwrap_or(false);

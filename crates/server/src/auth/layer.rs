@@ -181,7 +181,8 @@ fn check_host(request: &Request) -> Result<(), ApiError> {
             None => return Ok(()),
         },
     };
-    if authority.and_then(host_of).is_some_and(host_is_local) {
+    let authority = authority.and_then(|a| a.parse::<axum::http::uri::Authority>().ok());
+    if authority.is_some_and(|a| host_is_local(a.host())) {
         return Ok(());
     }
     Err(ApiError::Forbidden {
@@ -193,21 +194,9 @@ fn check_host(request: &Request) -> Result<(), ApiError> {
     })
 }
 
-/// The host part of a `Host` value: without its port, an IPv6 literal without its brackets.
-fn host_of(authority: &str) -> Option<&str> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        return (after.is_empty() || after.starts_with(':')).then_some(host);
-    }
-    match authority.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => Some(host),
-        Some(_) => None,
-        None => Some(authority),
-    }
-}
-
 /// An IP address, `localhost` or a name under `.localhost` (RFC 6761: always loopback).
 fn host_is_local(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
     let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     host.parse::<std::net::IpAddr>().is_ok() || host == "localhost" || host.ends_with(".localhost")
 }

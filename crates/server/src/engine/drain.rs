@@ -61,6 +61,27 @@ impl Registry {
         Ok(report(revision, waited, progress, notes))
     }
 
+    /// Whether `key` would enter the consumer view once enabled: healthy with a weight above
+    /// 0. For an `online` that waits for readiness, checked before it enables anything.
+    ///
+    /// Errors: unknown instance; [`RegistryError::NotInView`] when it could not.
+    pub fn could_serve(
+        &self,
+        service: &ServiceKey,
+        key: &InstanceKey,
+    ) -> Result<(), RegistryError> {
+        let state = self.lock();
+        let instance = &state.entry(service, key)?.instance;
+        if instance.healthy && instance.weight > 0.0 {
+            Ok(())
+        } else {
+            Err(RegistryError::NotInView {
+                service: service.clone(),
+                instance: key.clone(),
+            })
+        }
+    }
+
     /// Ack-based readiness: waits until every live subscriber of the service has acked a
     /// revision that contains the instance in its consumer view (the service's revision when
     /// the wait starts), at most `timeout`. The instance is not changed; bring it online first.

@@ -501,6 +501,15 @@ impl Registry {
         validate::service_key(service)?;
         validate::protect_threshold(settings.protect_threshold)?;
         validate::metadata(&settings.metadata)?;
+        // Settings as they are change nothing: no write, no new revision.
+        {
+            let state = self.lock();
+            if let Some(entry) = state.services.get(service)
+                && entry.settings == settings
+            {
+                return Ok(entry.revision);
+            }
+        }
         let key = service.clone();
         self.commit(
             vec![Write::PutService(service.clone(), settings.clone())],

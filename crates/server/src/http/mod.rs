@@ -358,18 +358,14 @@ async fn put_service(
 ) -> Result<Json<rest::Service>, ApiError> {
     let key = q.service_only(&name)?;
     caller.allow(Rule::Service, &key.namespace, None)?;
-    let stored = s.registry.settings(&key);
-    let mut settings = stored.clone().unwrap_or_default();
+    let mut settings = s.registry.settings(&key).unwrap_or_default();
     if let Some(t) = body.protect_threshold {
         settings.protect_threshold = t;
     }
     if let Some(m) = body.metadata {
         settings.metadata = m;
     }
-    // Settings as they are change nothing: no write, no new revision.
-    if stored.as_ref().ok() != Some(&settings) {
-        s.registry.put_settings(&key, settings).await?;
-    }
+    s.registry.put_settings(&key, settings).await?;
     Ok(Json(s.registry.service(&key)?.into()))
 }
 
@@ -629,16 +625,8 @@ async fn online(
     allow_instance(&s.registry, &caller, &key, &instance)?;
     let timeout = drain_timeout(&s.registry, body.timeout_ms);
     if body.wait {
-        // An instance that cannot enter the view once enabled (unhealthy, weight 0) is refused
-        // before anything changes: a refused request leaves the registry as it was.
-        let current = s.registry.instance(&key, &instance)?;
-        if !current.healthy || current.weight <= 0.0 {
-            return Err(crate::engine::RegistryError::NotInView {
-                service: key,
-                instance,
-            }
-            .into());
-        }
+        // Refused before anything changes: a refused request leaves the registry as it was.
+        s.registry.could_serve(&key, &instance)?;
     }
     let (revision, changed) = s.registry.set_enabled(&key, &instance, true, false).await?;
     if !body.wait {

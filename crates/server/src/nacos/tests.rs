@@ -613,6 +613,121 @@ async fn grpc_refusals_are_error_responses() {
     assert_eq!(body(&reply)["errorCode"], 502);
 }
 
+/// Subscribes to `orders` on a set-up connection and reads the first push (one host).
+async fn subscribe_orders(
+    g: &Grpc,
+) -> (
+    mpsc::Sender<pb::Payload>,
+    tonic::Streaming<pb::Payload>,
+    Value,
+) {
+    let (tx, mut inbound) = g.setup().await;
+    register_one(g).await;
+    let reply = g
+        .unary(
+            "SubscribeServiceRequest",
+            json!({"requestId": "s", "serviceName": "orders", "groupName": "DEFAULT_GROUP",
+                   "subscribe": true, "clusters": ""}),
+        )
+        .await;
+    assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
+    let first = body(&inbound.message().await.unwrap().unwrap());
+    assert_eq!(first["serviceInfo"]["hosts"].as_array().unwrap().len(), 1);
+    (tx, inbound, first)
+}
+
+/// Registers the lease instance 10.0.1.`i`:80 in `orders`.
+async fn register_lease(registry: &Registry, i: u8) {
+    {
+        registry
+            .register(
+                ServiceKey::named("orders"),
+                gangway_core::model::Instance::new(InstanceKey::new(
+                    &format!("10.0.1.{i}"),
+                    80,
+                    "",
+                )),
+                crate::engine::LivenessRequest::Lease {
+                    ttl: None,
+                    delete_timeout: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn grpc_pushes_wait_for_the_previous_answer_and_coalesce_meanwhile() {
+    let config = Config {
+        // Long enough that only an answer lets the next push go.
+        resend_interval: Duration::from_secs(60),
+        full_push_interval: Duration::ZERO,
+        ..Config::for_tests()
+    };
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (tx, mut inbound, first) = subscribe_orders(&g).await;
+    // Three changes while the first push is unanswered, each followed by a request's round
+    // trip (time for a push to go out): none is pushed yet.
+    for i in 0..3u8 {
+        register_lease(&g.registry, i).await;
+        let reply = g
+            .unary("HealthCheckRequest", json!({"requestId": format!("h{i}")}))
+            .await;
+        assert_eq!(ty(&reply), "HealthCheckResponse");
+    }
+    let key = ServiceKey::named("orders");
+    let revision = g.registry.view(&key).revision;
+    tx.send(super::grpc::payload(
+        "NotifySubscriberResponse",
+        &json!({"requestId": first["requestId"], "resultCode": 200}),
+    ))
+    .await
+    .unwrap();
+    // The next push is the latest view, the three changes in one.
+    let next = body(&inbound.message().await.unwrap().unwrap());
+    assert_eq!(
+        next["serviceInfo"]["hosts"].as_array().unwrap().len(),
+        4,
+        "{next}"
+    );
+    tx.send(super::grpc::payload(
+        "NotifySubscriberResponse",
+        &json!({"requestId": next["requestId"], "resultCode": 200}),
+    ))
+    .await
+    .unwrap();
+    let registry = g.registry.clone();
+    eventually("the latest acked", || {
+        registry.subscribers(&key)[0].acked_revision == revision
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn grpc_an_unanswered_push_holds_the_next_for_the_resend_interval_only() {
+    let config = Config {
+        resend_interval: Duration::from_millis(200),
+        full_push_interval: Duration::ZERO,
+        ..Config::for_tests()
+    };
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (_tx, mut inbound, _first) = subscribe_orders(&g).await;
+    register_lease(&g.registry, 0).await;
+    // Never answered: the latest still goes out after the resend interval.
+    let next = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let push = body(&inbound.message().await.unwrap().unwrap());
+            if push["serviceInfo"]["hosts"].as_array().unwrap().len() == 2 {
+                break push;
+            }
+        }
+    })
+    .await
+    .expect("the latest view pushed without an answer within 10 s");
+    assert_eq!(next["serviceInfo"]["name"], "orders");
+}
+
 async fn register_one(g: &Grpc) {
     let reply = g
         .unary(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gangway_core::model::ServiceKey;
 use gangway_proto::nacos as pb;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::nacos::Nacos;
@@ -32,11 +32,22 @@ pub(super) struct ConnState {
     pub(super) client_name: String,
     pub(super) tx: Option<mpsc::Sender<pb::Payload>>,
     pub(super) subs: HashMap<ServiceKey, Sub>,
-    /// Push request id -> (subscriber id, revision pushed).
-    pub(super) pending: HashMap<String, (String, u64)>,
+    /// Push request id -> the push awaiting its `NotifySubscriberResponse` (at most one per
+    /// subscription, see [`PendingPush`]).
+    pub(super) pending: HashMap<String, PendingPush>,
     /// Last request or stream message from the client.
     pub(super) last_active: Option<Instant>,
     pub(super) detector: Option<tokio::task::AbortHandle>,
+}
+
+/// A `NotifySubscriberRequest` sent and not answered yet.
+pub(super) struct PendingPush {
+    /// The gangway subscriber it was pushed to.
+    pub(super) subscriber: String,
+    /// The revision pushed: what a successful answer acks.
+    pub(super) revision: u64,
+    /// Told when the answer comes (success or not): the subscription's next push may go.
+    pub(super) answered: oneshot::Sender<()>,
 }
 
 pub(super) struct Sub {

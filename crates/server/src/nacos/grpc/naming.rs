@@ -7,8 +7,9 @@ use futures::StreamExt;
 use gangway_core::model::{Instance, ProbeSpec, ServiceKey};
 use gangway_proto::nacos as pb;
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
-use super::conn::{Conn, Sub};
+use super::conn::{Conn, PendingPush, Sub};
 use super::reply::{Refusal, allow_read, body_of, error, notify_body, ok, raw_payload, type_of};
 use super::request::NamingRequest;
 use super::{BAD_GATEWAY, INVALID_PARAM, MAX_PENDING, NO_HANDLER, UN_REGISTER};
@@ -347,18 +348,24 @@ impl Nacos {
         let key = service.clone();
         let clusters = clusters.to_owned();
         let sub_id = sub.clone();
+        let answer_wait = self.registry().config().resend_interval;
         let task = tokio::spawn(async move {
             futures::pin_mut!(pushes);
             while pushes.next().await.is_some() {
                 let info = nacos.push_info(&key, &clusters);
                 let rid = format!("push-{}", nacos.next_id());
+                let (answered_tx, answered) = oneshot::channel();
                 {
                     let mut st = conn2.lock();
                     if st.pending.len() >= MAX_PENDING {
                         st.pending.clear();
                     }
-                    st.pending
-                        .insert(rid.clone(), (sub_id.clone(), info.revision));
+                    let push = PendingPush {
+                        subscriber: sub_id.clone(),
+                        revision: info.revision,
+                        answered: answered_tx,
+                    };
+                    st.pending.insert(rid.clone(), push);
                 }
                 let body = notify_body(&rid, &key, &info.json);
                 if tx
@@ -368,6 +375,12 @@ impl Nacos {
                 {
                     break;
                 }
+                // One push in flight per subscription, as Nacos's server waits for each push's
+                // answer (Nacos v2: `PushExecuteTask`, `pushTaskTimeout`): the next one goes
+                // when this one is answered or after `resend_interval`, and the changes
+                // meanwhile coalesce into it. A client busy decoding pushes is sent them at
+                // its own pace instead of queueing more than it can read.
+                let _ = tokio::time::timeout(answer_wait, answered).await;
             }
         });
         st.subs.insert(

@@ -129,9 +129,12 @@ impl Nacos {
                     .get("resultCode")
                     .and_then(Value::as_i64)
                     .is_none_or(|code| code == 200);
-                let pending = c.lock().pending.remove(rid);
-                if let (Some((sub, revision)), true) = (pending, success) {
-                    self.registry().ack(&sub, revision);
+                let Some(push) = c.lock().pending.remove(rid) else {
+                    return;
+                };
+                let _ = push.answered.send(());
+                if success {
+                    self.registry().ack(&push.subscriber, push.revision);
                 }
             }
             // Answers to what the server sent (setup ack, detection, reset): nothing to do.

@@ -214,6 +214,12 @@ pub trait Subscribe: Driver {
         n: usize,
         on_update: OnUpdate,
     ) -> impl Future<Output = anyhow::Result<Self::Held>> + Send;
+
+    /// How many times the server ended a subscriber's connection and the subscriber connected
+    /// and subscribed again, as an SDK does (0 for drivers that do not reconnect).
+    fn reconnects(_held: &Self::Held) -> u64 {
+        0
+    }
 }
 
 /// Holds instances in sessions: opens sessions first, then registers instances into each.

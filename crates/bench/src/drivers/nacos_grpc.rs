@@ -152,6 +152,11 @@ impl NacosConn {
         self.reader.is_finished()
     }
 
+    /// Waits until the server ends the stream (or the connection fails).
+    pub async fn ended(&mut self) {
+        let _ = (&mut self.reader).await;
+    }
+
     /// Sends a unary request; `body` gets a fresh `requestId`. Fails unless `resultCode` is 200.
     pub async fn request(&self, ty: &str, mut body: Value) -> anyhow::Result<Value> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -269,9 +274,59 @@ impl Register for NacosGrpc {
 
 impl SessionBound for NacosGrpc {}
 
+/// How long a [`Resubscriber`] waits before it reconnects: 500 ms (the Nacos SDKs retry a lost
+/// connection within a second, and redo their subscriptions on the new one).
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
+/// A Nacos SDK's subscription as the SDKs keep it: when the server ends the connection, it
+/// connects again and subscribes again (the SDKs' redo), after [`RECONNECT_PAUSE`], until
+/// dropped. The ends it saw are counted in the shared counter.
+pub struct Resubscriber {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Resubscriber {
+    fn start(
+        addr: SocketAddr,
+        svc: String,
+        mut conn: NacosConn,
+        handler: PushHandler,
+        reconnects: Arc<AtomicU64>,
+    ) -> Self {
+        let task = tokio::spawn(async move {
+            loop {
+                conn.ended().await;
+                reconnects.fetch_add(1, Ordering::Relaxed);
+                conn = loop {
+                    tokio::time::sleep(RECONNECT_PAUSE).await;
+                    let Ok(next) = NacosConn::connect(addr, Some(handler.clone())).await else {
+                        continue;
+                    };
+                    if next.subscribe(&svc).await.is_ok() {
+                        break next;
+                    }
+                };
+            }
+        });
+        Resubscriber { task }
+    }
+}
+
+impl Drop for Resubscriber {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The subscribers of a [`NacosGrpc`] run and how often the server ended one's connection.
+pub struct Subscribers {
+    _each: Vec<Resubscriber>,
+    reconnects: Arc<AtomicU64>,
+}
+
 impl Subscribe for NacosGrpc {
     type Producer = NacosV1;
-    type Held = Vec<NacosConn>;
+    type Held = Subscribers;
     const SENDS_LISTS: bool = true;
     const PRODUCED_VIA: &'static str = "v1 HTTP leases";
 
@@ -280,15 +335,29 @@ impl Subscribe for NacosGrpc {
         svc: &str,
         n: usize,
         on_update: OnUpdate,
-    ) -> anyhow::Result<Vec<NacosConn>> {
-        let conns = connections(server, n, |i| {
+    ) -> anyhow::Result<Subscribers> {
+        let handler = |i: usize| -> PushHandler {
             let on_update = on_update.clone();
-            let h: PushHandler =
-                Arc::new(move |info: &Value| on_update(i, Update::Ports(&mut host_ports(info))));
-            Some(h)
-        })
-        .await?;
+            Arc::new(move |info: &Value| on_update(i, Update::Ports(&mut host_ports(info))))
+        };
+        let conns = connections(server, n, |i| Some(handler(i))).await?;
         load::for_each(n, 128, "subscribe", |i| conns[i].subscribe(svc)).await?;
-        Ok(conns)
+        let reconnects = Arc::new(AtomicU64::new(0));
+        let each = conns
+            .into_iter()
+            .enumerate()
+            .map(|(i, conn)| {
+                let svc = svc.to_owned();
+                Resubscriber::start(server.grpc, svc, conn, handler(i), reconnects.clone())
+            })
+            .collect();
+        Ok(Subscribers {
+            _each: each,
+            reconnects,
+        })
+    }
+
+    fn reconnects(held: &Subscribers) -> u64 {
+        held.reconnects.load(Ordering::Relaxed)
     }
 }

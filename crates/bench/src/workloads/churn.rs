@@ -213,12 +213,13 @@ async fn measure<D: Subscribe>(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec
     } else {
         laggards(server, &svc).await
     };
+    let reconnects = D::reconnects(&held);
     drop(held);
     let mut finals = state.finals.lock().unwrap().clone();
     finals.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let p50 = finals.get(finals.len() / 2).map(|d| ms(*d));
-    let note = match (all_final, D::PRODUCED_VIA) {
+    let mut note = match (all_final, D::PRODUCED_VIA) {
         (true, "") => String::new(),
         (true, via) => format!("instances via {via}"),
         (false, _) => format!(
@@ -226,6 +227,12 @@ async fn measure<D: Subscribe>(ctx: &Ctx, server: &Server) -> anyhow::Result<Vec
             finals.len()
         ),
     };
+    if reconnects > 0 {
+        let sep = if note.is_empty() { "" } else { "; " };
+        note.push_str(&format!(
+            "{sep}{reconnects} subscriber connections ended by the server and reopened"
+        ));
+    }
     Ok(vec![Row::measured(
         server.system,
         D::NAME,

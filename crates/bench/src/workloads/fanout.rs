@@ -207,6 +207,7 @@ async fn size<D: Subscribe>(
     }
     let cpu = meter.stop();
     pb.finish_and_clear();
+    let reconnects = D::reconnects(&held);
     drop(held);
     let l = Percentiles::of(&last);
     let each = Percentiles::of(&rounds.each.lock().unwrap());
@@ -223,10 +224,16 @@ async fn size<D: Subscribe>(
             Some(incomplete as f64),
         ],
         cpu,
-        if incomplete > 0 {
-            format!("{incomplete} changes did not reach every subscriber within 3 s")
-        } else {
-            String::new()
-        },
+        [
+            (incomplete > 0)
+                .then(|| format!("{incomplete} changes did not reach every subscriber within 3 s")),
+            (reconnects > 0).then(|| {
+                format!("{reconnects} subscriber connections ended by the server and reopened")
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; "),
     ))
 }

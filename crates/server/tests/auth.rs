@@ -526,3 +526,147 @@ async fn without_auth_a_request_to_a_name_other_than_localhost_is_refused() {
         assert_eq!(r.status(), StatusCode::OK, "{host}");
     }
 }
+
+/// A server with `auth` over the redb store in `dir`, on fresh loopback ports.
+async fn started_on_redb(auth: &AuthFile, dir: &std::path::Path) -> RunningServer {
+    let mut config = Config::for_tests();
+    config.security.authority = Authority::from_file(auth.clone());
+    let store = std::sync::Arc::new(gangway_store_redb::RedbStore::open(dir).unwrap());
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = gangway_server::start(config, store, http, grpc)
+        .await
+        .unwrap();
+    server.loaded().await.unwrap();
+    server
+}
+
+#[tokio::test]
+async fn the_owner_of_a_persistent_instance_survives_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let mut auth = AuthFile::default();
+    let alice = auth.create_token("alice", vec![grant("public", Role::Write)]);
+    let bob = auth.create_token("bob", vec![grant("public", Role::Write)]);
+    let http = reqwest::Client::new();
+    let call = |server: &RunningServer,
+                method: reqwest::Method,
+                path: &str,
+                token: &str,
+                body: Option<Value>| {
+        let mut req = http
+            .request(method, format!("http://{}{path}", server.http_addr))
+            .bearer_auth(token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let persistent =
+        json!({"ip": "10.0.0.1", "port": 1, "weight": 3.0, "probe": {"interval_ms": 3_600_000}});
+    let instances = "/v1/services/orders/instances";
+    let one = "/v1/services/orders/instances/10.0.0.1:1";
+
+    let server = started_on_redb(&auth, data.path()).await;
+    let (status, body) = call(
+        &server,
+        reqwest::Method::POST,
+        instances,
+        &alice,
+        Some(persistent.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, before) = call(
+        &server,
+        reqwest::Method::POST,
+        instances,
+        &bob,
+        Some(persistent.clone()),
+    )
+    .await;
+    assert_eq!(
+        (status, rule(&before)),
+        (StatusCode::FORBIDDEN, "register"),
+        "{before}"
+    );
+    server.shutdown().await;
+
+    let server = started_on_redb(&auth, data.path()).await;
+    let listed = |server: &RunningServer| {
+        let server_addr = server.http_addr;
+        let http = http.clone();
+        let alice = alice.clone();
+        async move {
+            let v: Value = http
+                .get(format!("http://{server_addr}{instances}?all=true"))
+                .bearer_auth(alice)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v
+        }
+    };
+    let before_attempts = listed(&server).await;
+    // Takeover by re-registration: the same 403 as before the restart.
+    let mut takeover = persistent.clone();
+    takeover["weight"] = json!(9.0);
+    let (status, after) = call(
+        &server,
+        reqwest::Method::POST,
+        instances,
+        &bob,
+        Some(takeover),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{after}");
+    assert_eq!(
+        after, before,
+        "the refusal is the one given before the restart"
+    );
+    // Update, offline and delete: refused by the rule instance.
+    for (method, path, body) in [
+        (
+            reqwest::Method::PATCH,
+            one.to_owned(),
+            Some(json!({"weight": 9.0})),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{one}/offline"),
+            Some(json!({"force": true})),
+        ),
+        (reqwest::Method::DELETE, one.to_owned(), None),
+    ] {
+        let (status, body) = call(&server, method.clone(), &path, &bob, body).await;
+        assert_eq!(
+            (status, rule(&body)),
+            (StatusCode::FORBIDDEN, "instance"),
+            "{method} {path}: {body}"
+        );
+    }
+    let unchanged = listed(&server).await;
+    assert_eq!(unchanged, before_attempts);
+    let instance = &unchanged["instances"][0];
+    assert_eq!(
+        (instance["weight"].as_f64(), instance["enabled"].as_bool()),
+        (Some(3.0), Some(true)),
+        "{unchanged}"
+    );
+    // The owner still may.
+    let (status, body) = call(&server, reqwest::Method::DELETE, one, &alice, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let gone = listed(&server).await;
+    assert_eq!(
+        gone["instances"].as_array().map(Vec::len),
+        Some(0),
+        "{gone}"
+    );
+    server.shutdown().await;
+}

@@ -670,3 +670,93 @@ async fn the_owner_of_a_persistent_instance_survives_a_restart() {
     );
     server.shutdown().await;
 }
+
+/// A Nacos login; the status and the body (JSON when it is JSON).
+async fn nacos_login(
+    http: &reqwest::Client,
+    server: &RunningServer,
+    user: &str,
+    password: &str,
+) -> (StatusCode, Value) {
+    let resp = http
+        .post(format!("http://{}/nacos/v1/auth/login", server.http_addr))
+        .form(&[("username", user), ("password", password)])
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_wrong_passwords_runs_4_checks_at_once_and_refuses_beyond_the_waiters() {
+    use gangway_server::auth::{MAX_PASSWORD_CHECKS, MAX_PASSWORD_WAITERS};
+    let mut f = AuthFile::default();
+    f.add_user("alice", "alice-password", vec![grant("public", Role::Write)])
+        .unwrap();
+    let authority = Authority::from_file(f);
+    let mut config = Config::for_tests();
+    config.security.authority = authority.clone();
+    let server = gangway_server::start_in_memory(config).await.unwrap();
+    let http = reqwest::Client::new();
+    let flood = 3 * MAX_PASSWORD_WAITERS;
+    let basic = flood / 3;
+    let answers = futures::future::join_all((0..flood).map(|n| {
+        let (http, server) = (&http, &server);
+        async move {
+            if n < basic {
+                // Basic auth on the REST API: the same checks, the same bound.
+                let resp = http
+                    .get(format!("http://{}/v1/services", server.http_addr))
+                    .basic_auth("alice", Some(format!("wrong-{n}")))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = resp.status();
+                (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+            } else {
+                nacos_login(http, server, "alice", &format!("wrong-{n}")).await
+            }
+        }
+    }))
+    .await;
+    let checks = authority.password_checks();
+    println!("{flood} wrong passwords at once: {checks:?}");
+    assert_eq!(checks.peak, MAX_PASSWORD_CHECKS, "{checks:?}");
+    assert_eq!((checks.running, checks.waiting), (0, 0));
+    let refused: Vec<_> = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert_eq!(refused.len() as u64, checks.refused, "{answers:?}");
+    assert!(
+        refused.len() >= flood - MAX_PASSWORD_CHECKS - MAX_PASSWORD_WAITERS,
+        "at most {MAX_PASSWORD_CHECKS} run and {MAX_PASSWORD_WAITERS} wait: {} refused",
+        refused.len()
+    );
+    for (n, (status, body)) in answers.iter().enumerate() {
+        match (n < basic, *status) {
+            (true, StatusCode::TOO_MANY_REQUESTS) => {
+                assert_eq!(body["error"]["code"], "limit_exceeded", "{body}");
+                let message = body["error"]["message"].as_str().unwrap();
+                assert!(message.starts_with("limit password-checks reached"), "{message}");
+            }
+            (false, StatusCode::TOO_MANY_REQUESTS) => {
+                // The Nacos error shape, as for its other limits.
+                let text = body.as_str().unwrap();
+                assert!(text.starts_with("caused: limit password-checks reached"), "{text}");
+            }
+            (true, s) => assert_eq!(s, StatusCode::UNAUTHORIZED, "{body}"),
+            (false, s) => assert_eq!(s, StatusCode::FORBIDDEN, "{body}"),
+        }
+    }
+    // The flood is over: a right password logs in.
+    let (status, body) = nacos_login(&http, &server, "alice", "alice-password").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["accessToken"].as_str().unwrap().starts_with("gws_"));
+    assert_eq!(authority.password_checks().peak, MAX_PASSWORD_CHECKS);
+}

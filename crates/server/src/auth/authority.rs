@@ -75,6 +75,9 @@ struct Shared {
     waiting: AtomicUsize,
     /// Checks refused because [`MAX_PASSWORD_WAITERS`] were waiting.
     refused: AtomicU64,
+    /// argon2's working memory, one buffer per check running (so at most
+    /// [`MAX_PASSWORD_CHECKS`]), reused from check to check.
+    memory: Mutex<Vec<Vec<argon2::Block>>>,
 }
 
 /// Most password checks (argon2: about 19 MiB and tens of ms each) run at once, whatever asks
@@ -191,6 +194,7 @@ impl Authority {
                 peak: AtomicUsize::new(0),
                 waiting: AtomicUsize::new(0),
                 refused: AtomicU64::new(0),
+                memory: Mutex::new(Vec::new()),
             })),
         }
     }
@@ -422,7 +426,11 @@ impl Authority {
                 let now = shared.running.fetch_add(1, Ordering::SeqCst) + 1;
                 shared.peak.fetch_max(now, Ordering::SeqCst);
                 let _running = Counted(&shared.running);
-                file::verify_password(&password, &check)
+                let pool = || shared.memory.lock().unwrap_or_else(|p| p.into_inner());
+                let mut memory = pool().pop().unwrap_or_default();
+                let ok = file::verify_password_in(&password, &check, &mut memory);
+                pool().push(memory);
+                ok
             })
             .await
             .unwrap_or(false);

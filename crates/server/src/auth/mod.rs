@@ -23,7 +23,8 @@ pub mod layer;
 mod tests;
 
 pub use authority::{
-    Authority, CredentialStamp, Credentials, LOGIN_TTL, MAX_PASSWORD_CHECKS, MAX_PASSWORD_WAITERS, PasswordChecks,
+    Authority, CredentialStamp, Credentials, LOGIN_TTL, MAX_PASSWORD_CHECKS, MAX_PASSWORD_WAITERS,
+    PasswordChecks,
 };
 pub use file::{AuthFile, AuthFileError};
 

@@ -78,8 +78,7 @@ pub(super) async fn session(
         out.grants = p.grants;
         out.csrf = Some(session.csrf.clone());
         out.expires_in_ms = Some(millis(session.expires_in()));
-    } else if let (Caller::Principal(p), Some(value)) =
-        (caller, headers.get(header::AUTHORIZATION))
+    } else if let (Caller::Principal(p), Some(value)) = (caller, headers.get(header::AUTHORIZATION))
     {
         out.user = Some(p.name.clone());
         out.grants = p.grants.clone();

@@ -104,7 +104,9 @@ async fn sessions_expire_and_are_bounded() {
 
     let oldest = sessions.create("ada", stamp());
     tokio::time::advance(std::time::Duration::from_millis(1)).await;
-    let rest: Vec<_> = (1..MAX_SESSIONS).map(|_| sessions.create("ada", stamp())).collect();
+    let rest: Vec<_> = (1..MAX_SESSIONS)
+        .map(|_| sessions.create("ada", stamp()))
+        .collect();
     assert_eq!(sessions.len(), MAX_SESSIONS);
     let one_more = sessions.create("ada", stamp());
     assert_eq!(sessions.len(), MAX_SESSIONS, "at most {MAX_SESSIONS}");

@@ -294,3 +294,68 @@ async fn session_commands_send_the_token_and_are_refused_without_one() {
     assert!(!status.success());
     assert!(line.contains("unauthenticated"), "{line}");
 }
+
+/// A Nacos login's `accessToken`.
+async fn nacos_token(server: &Server, user: &str, password: &str) -> String {
+    let body: Value = reqwest::Client::new()
+        .post(server.url("/nacos/v1/auth/login"))
+        .form(&[("username", user), ("password", password)])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["accessToken"].as_str().expect("a token").to_owned()
+}
+
+#[tokio::test]
+async fn a_new_password_ends_the_old_login_tokens_at_sighup_and_a_restart_ends_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auth.toml");
+    let grant = ["--role", "read"];
+    auth(
+        &file,
+        &[&["user", "add", "alice"][..], &grant].concat(),
+        "old-pw\n",
+    );
+    auth(
+        &file,
+        &[&["user", "add", "bob"][..], &grant].concat(),
+        "bob-pw\n",
+    );
+    let args = ["--auth", file.to_str().unwrap(), "--log", "info"];
+    let (server, log) = Server::start_logged(dir.path(), &args).await;
+    let alice_old = nacos_token(&server, "alice", "old-pw").await;
+    let bob = nacos_token(&server, "bob", "bob-pw").await;
+    assert_eq!(status_with(&server, &alice_old).await, StatusCode::OK);
+
+    // A new password: `user remove` then `user add`; SIGHUP loads it.
+    auth(&file, &["user", "remove", "alice"], "");
+    auth(
+        &file,
+        &[&["user", "add", "alice"][..], &grant].concat(),
+        "new-pw\n",
+    );
+    server.proc.signal(Signal::SIGHUP);
+    logged(&log, "SIGHUP: auth file reloaded", 1).await;
+    assert_eq!(
+        status_with(&server, &alice_old).await,
+        StatusCode::UNAUTHORIZED,
+        "a login token made with the old password"
+    );
+    assert_eq!(status_with(&server, &bob).await, StatusCode::OK);
+    let alice_new = nacos_token(&server, "alice", "new-pw").await;
+    assert_eq!(status_with(&server, &alice_new).await, StatusCode::OK);
+
+    // Login tokens live in the process: after a restart none works, the passwords do.
+    let mut server = server;
+    server.proc.signal(Signal::SIGTERM);
+    assert!(server.proc.wait(Duration::from_secs(10)).await.success());
+    let (server, _log) = Server::start_logged(dir.path(), &args).await;
+    for token in [&alice_new, &bob] {
+        assert_eq!(status_with(&server, token).await, StatusCode::UNAUTHORIZED);
+    }
+    let again = nacos_token(&server, "alice", "new-pw").await;
+    assert_eq!(status_with(&server, &again).await, StatusCode::OK);
+}

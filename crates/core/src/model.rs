@@ -248,6 +248,12 @@ pub struct StoredInstance {
     pub instance: Instance,
     /// Probe settings.
     pub probe: ProbeSpec,
+    /// The principal that registered it (docs/security.md, "Ownership survives a restart"):
+    /// it may always take it out, others need `admin`. `None`: unowned (no auth, or a record
+    /// written before owners were stored, which loads as unowned). Omitted from the stored
+    /// JSON when `None`, so records without it stay readable both ways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A durable manual-offline mark, keyed by (service, ip, port, cluster), not by connection

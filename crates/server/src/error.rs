@@ -233,6 +233,9 @@ impl From<AuthError> for ApiError {
         match e {
             AuthError::Unauthenticated(message) => ApiError::Unauthenticated { message },
             AuthError::Forbidden { rule, message } => ApiError::Forbidden { rule, message },
+            AuthError::LimitExceeded { limit, message } => {
+                ApiError::LimitExceeded { limit, message }
+            }
         }
     }
 }

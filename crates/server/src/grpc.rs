@@ -116,6 +116,8 @@ impl pb::registry_server::Registry for SessionService {
             ));
         }
         // Metadata `authorization`, as the REST header (docs/security.md).
+        let count = request.metadata().get_all("authorization").iter().count();
+        crate::auth::layer::one_authorization(count).map_err(ApiError::from)?;
         let credentials = match request.metadata().get("authorization") {
             Some(v) => {
                 let v = v

@@ -182,6 +182,46 @@ mod tests {
     }
 
     #[test]
+    fn a_record_written_before_owners_were_stored_loads_unowned() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let svc = ServiceKey::named("orders");
+        let mut owned = gangway_store::conformance::sample(1);
+        owned.owner = Some("alice".into());
+        // The record as older versions wrote it: the same JSON without the `owner` field.
+        let mut old = serde_json::to_value(&owned).expect("json");
+        old.as_object_mut().expect("object").remove("owner");
+        let old = old.to_string();
+        assert!(!old.contains("owner"), "{old}");
+        {
+            let store = RedbStore::open(dir.path()).expect("open");
+            let tx = store.db.begin_write().expect("write");
+            tx.open_table(INSTANCES)
+                .expect("table")
+                .insert(
+                    instance_key(&svc, &owned.instance.key).as_str(),
+                    old.as_str(),
+                )
+                .expect("insert");
+            tx.commit().expect("commit");
+        }
+        let store = RedbStore::open(dir.path()).expect("reopen");
+        let loaded = store.load().expect("load");
+        let got = &loaded.instances[&svc][&owned.instance.key];
+        assert_eq!(got.owner, None);
+        assert_eq!(got.instance, owned.instance);
+        // Written again with its owner, it keeps it across a reopen.
+        store
+            .apply(&[Write::PutInstance(svc.clone(), owned.clone())])
+            .expect("apply");
+        drop(store);
+        let reopened = RedbStore::open(dir.path()).expect("reopen");
+        assert_eq!(
+            reopened.load().expect("load").instances[&svc][&owned.instance.key].owner,
+            Some("alice".into())
+        );
+    }
+
+    #[test]
     fn a_directory_that_is_a_file_is_a_clear_error() {
         let file = tempfile::NamedTempFile::new().expect("file");
         let err = RedbStore::open(file.path()).expect_err("must fail");

@@ -12,9 +12,11 @@ pub fn run<S: Store>(new_store: impl Fn() -> S) {
     writes_round_trip(&new_store());
     deletes_remove_and_tolerate_absence(&new_store());
     batch_applies_in_order(&new_store());
+    owners_round_trip(&new_store());
 }
 
-/// A sample persistent instance `10.0.0.<n>:8080` with metadata and a non-default probe.
+/// A sample persistent instance `10.0.0.<n>:8080` with metadata and a non-default probe,
+/// unowned ([`StoredInstance::owner`] `None`).
 pub fn sample(n: u16) -> StoredInstance {
     let mut instance = Instance::new(InstanceKey::new(
         &format!("10.0.{}.{}", n / 256, n % 256),
@@ -30,6 +32,7 @@ pub fn sample(n: u16) -> StoredInstance {
             interval_ms: 500,
             ..ProbeSpec::default()
         },
+        owner: None,
     }
 }
 
@@ -86,4 +89,35 @@ fn batch_applies_in_order(store: &impl Store) {
     store.apply(&batch).expect("apply");
     let loaded = store.load().expect("load");
     assert_eq!(loaded.instances[&svc][&changed.instance.key], changed);
+}
+
+/// The owner of a persistent instance is stored with it (docs/security.md): a put with an
+/// owner loads with that owner, a later put by another owner replaces it, an unowned one
+/// loads unowned.
+fn owners_round_trip(store: &impl Store) {
+    let svc = ServiceKey::named("owned");
+    let mut alice = sample(11);
+    alice.owner = Some("alice".into());
+    let mut taken = sample(12);
+    taken.owner = Some("alice".into());
+    let mut by_admin = taken.clone();
+    by_admin.owner = Some("token:admin".into());
+    store
+        .apply(&[
+            Write::PutInstance(svc.clone(), alice.clone()),
+            Write::PutInstance(svc.clone(), taken),
+            Write::PutInstance(svc.clone(), sample(13)),
+        ])
+        .expect("put");
+    store
+        .apply(&[Write::PutInstance(svc.clone(), by_admin.clone())])
+        .expect("takeover");
+    let loaded = store.load().expect("load");
+    let owners: Vec<Option<&str>> = loaded.instances[&svc]
+        .values()
+        .map(|i| i.owner.as_deref())
+        .collect();
+    assert_eq!(owners, [Some("alice"), Some("token:admin"), None]);
+    assert_eq!(loaded.instances[&svc][&alice.instance.key], alice);
+    assert_eq!(loaded.instances[&svc][&by_admin.instance.key], by_admin);
 }

@@ -38,7 +38,9 @@ pub enum AuthCommand {
 /// `gangway auth user ...`.
 #[derive(Debug, Subcommand)]
 pub enum UserCommand {
-    /// Add a user; the password is the first line of standard input.
+    /// Add a user; the password is the first line of standard input. A name that exists is
+    /// refused: to change a password, `remove` then `add` (the login sessions made with the old
+    /// one end when the server reloads).
     Add {
         /// Login name.
         name: String,

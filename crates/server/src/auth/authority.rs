@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -62,14 +63,56 @@ struct Shared {
     db: RwLock<Arc<Db>>,
     logins: Mutex<HashMap<[u8; 32], Login>>,
     verified: Mutex<HashSet<[u8; 32]>>,
-    /// Password hashes being checked at once, at most [`MAX_PASSWORD_CHECKS`]; more wait.
-    checks: tokio::sync::Semaphore,
+    /// Password hashes being checked at once, at most [`MAX_PASSWORD_CHECKS`]; at most
+    /// [`MAX_PASSWORD_WAITERS`] more wait. A permit is held by the blocking hash itself, so
+    /// a request that goes away mid-check does not free its slot before the hash ends.
+    checks: Arc<tokio::sync::Semaphore>,
+    /// Hashes running now (on the blocking pool).
+    running: AtomicUsize,
+    /// Most hashes that ever ran at once.
+    peak: AtomicUsize,
+    /// Requests waiting for a turn.
+    waiting: AtomicUsize,
+    /// Checks refused because [`MAX_PASSWORD_WAITERS`] were waiting.
+    refused: AtomicU64,
+    /// argon2's working memory, one buffer per check running (so at most
+    /// [`MAX_PASSWORD_CHECKS`]), reused from check to check.
+    memory: Mutex<Vec<Vec<argon2::Block>>>,
 }
 
 /// Most password checks (argon2: about 19 MiB and tens of ms each) run at once, whatever asks
-/// (Basic auth, the Nacos login, the console); further ones wait their turn, so a flood of
-/// wrong passwords costs time, not memory.
+/// (Basic auth, the Nacos login, the console); up to [`MAX_PASSWORD_WAITERS`] more wait their
+/// turn, so a flood of wrong passwords costs time, not memory.
 pub const MAX_PASSWORD_CHECKS: usize = 4;
+
+/// Most password checks that wait for one of the [`MAX_PASSWORD_CHECKS`] turns; one more is
+/// refused at once: HTTP 429 `limit_exceeded` (limit `password-checks`), Nacos login 429 with
+/// Nacos error code 429, gRPC RESOURCE_EXHAUSTED. At about 50 ms a check the last waiter
+/// waits about 64 / 4 × 50 ms = 0.8 s; a waiter holds only its request (its body is at most
+/// [`crate::http::MAX_BODY_BYTES`]), never a hash's memory.
+pub const MAX_PASSWORD_WAITERS: usize = 64;
+
+/// Password checks now and since the start ([`Authority::password_checks`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PasswordChecks {
+    /// Hashes running now (at most [`MAX_PASSWORD_CHECKS`]).
+    pub running: usize,
+    /// Most hashes that ran at once since the start.
+    pub peak: usize,
+    /// Checks waiting for a turn now (at most [`MAX_PASSWORD_WAITERS`]).
+    pub waiting: usize,
+    /// Checks refused (429) since the start because [`MAX_PASSWORD_WAITERS`] were waiting.
+    pub refused: u64,
+}
+
+/// Decrements its counter when dropped (a check ends, a waiter gets its turn or goes away).
+struct Counted<'a>(&'a AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 #[derive(Default)]
 struct Db {
@@ -79,7 +122,28 @@ struct Db {
 
 struct Login {
     user: String,
+    /// The password it was made with: a user added again (a new password) or removed ends it.
+    stamp: CredentialStamp,
     expires: Instant,
+}
+
+/// Which password of a user a login was made with: the SHA-256 of the user's stored argon2
+/// hash. The hash's random salt makes every `gangway auth user add` a new stamp, even with the
+/// same password, so a user removed and added again (a changed password) no longer matches
+/// the login sessions and console sessions made before: they answer 401.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct CredentialStamp([u8; 32]);
+
+impl CredentialStamp {
+    fn of(user: &UserRecord) -> Self {
+        Self(file::sha256(user.password_hash.as_bytes()))
+    }
+}
+
+impl std::fmt::Debug for CredentialStamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CredentialStamp(<redacted>)")
+    }
 }
 
 impl From<AuthFile> for Db {
@@ -125,7 +189,12 @@ impl Authority {
                 db: RwLock::new(Arc::new(f.into())),
                 logins: Mutex::new(HashMap::new()),
                 verified: Mutex::new(HashSet::new()),
-                checks: tokio::sync::Semaphore::new(MAX_PASSWORD_CHECKS),
+                checks: Arc::new(tokio::sync::Semaphore::new(MAX_PASSWORD_CHECKS)),
+                running: AtomicUsize::new(0),
+                peak: AtomicUsize::new(0),
+                waiting: AtomicUsize::new(0),
+                refused: AtomicU64::new(0),
+                memory: Mutex::new(Vec::new()),
             })),
         }
     }
@@ -133,6 +202,20 @@ impl Authority {
     /// Whether authentication is on.
     pub fn is_on(&self) -> bool {
         self.shared.is_some()
+    }
+
+    /// The password checks running and waiting now, the most that ran at once, and how many
+    /// were refused; all zero when authentication is off.
+    pub fn password_checks(&self) -> PasswordChecks {
+        let Some(s) = &self.shared else {
+            return PasswordChecks::default();
+        };
+        PasswordChecks {
+            running: s.running.load(Ordering::SeqCst),
+            peak: s.peak.load(Ordering::SeqCst),
+            waiting: s.waiting.load(Ordering::SeqCst),
+            refused: s.refused.load(Ordering::SeqCst),
+        }
     }
 
     /// Reads the file again (SIGHUP). Removed users and tokens stop working at once, login
@@ -174,7 +257,7 @@ impl Authority {
         };
         let principal = match credentials {
             Credentials::Token(token) => self.token(s, &token)?,
-            Credentials::Password { user, password } => self.password(&user, &password).await?,
+            Credentials::Password { user, password } => self.password(&user, &password).await?.0,
         };
         Ok(Caller::Principal(Arc::new(principal)))
     }
@@ -189,7 +272,7 @@ impl Authority {
         let Some(s) = &self.shared else {
             return Err(AuthError::Unauthenticated("authentication is off".into()));
         };
-        let principal = self.password(user, password).await?;
+        let (principal, stamp) = self.password(user, password).await?;
         let token = format!(
             "{LOGIN_PREFIX}{}",
             file::base64_url(&file::random_bytes::<32>())
@@ -213,30 +296,59 @@ impl Authority {
             file::sha256(token.as_bytes()),
             Login {
                 user: user.to_owned(),
+                stamp,
                 expires: now + LOGIN_TTL,
             },
         );
         Ok((token, principal))
     }
 
-    /// Checks a user's password (argon2, on a blocking thread): the user's principal. For a
-    /// login that keeps its own session (the web console).
+    /// Checks a user's password (argon2, on a blocking thread): the user's principal and the
+    /// stamp of the password checked, which [`Authority::user`] wants back. For a login that
+    /// keeps its own session (the web console).
     ///
     /// Errors: 401 for an unknown user or a wrong password (the same answer for both), and
-    /// when authentication is off.
-    pub async fn check_password(&self, user: &str, password: &str) -> Result<Principal, AuthError> {
+    /// when authentication is off; 429 `password-checks` ([`MAX_PASSWORD_WAITERS`]).
+    pub async fn check_password(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<(Principal, CredentialStamp), AuthError> {
         self.password(user, password).await
     }
 
-    /// The principal of user `name` with its grants as the file says now: `None` when
-    /// authentication is off or there is no such user (any more: removed at a reload). For
-    /// sessions that outlive a reload (the web console's).
-    pub fn user(&self, name: &str) -> Option<Principal> {
+    /// The principal of user `name` with its grants as the file says now, if its password is
+    /// still the one `stamp` was made with: `None` when authentication is off, there is no such
+    /// user (any more: removed at a reload), or it was added again since (a changed password).
+    /// For sessions that outlive a reload (the web console's).
+    pub fn user(&self, name: &str, stamp: &CredentialStamp) -> Option<Principal> {
         let db = Self::db(self.shared.as_ref()?);
-        db.users.get(name).map(|u| Principal {
-            name: u.name.clone(),
-            grants: u.grants.clone(),
-        })
+        db.users
+            .get(name)
+            .filter(|u| CredentialStamp::of(u) == *stamp)
+            .map(|u| Principal {
+                name: u.name.clone(),
+                grants: u.grants.clone(),
+            })
+    }
+
+    /// The stamp of user `name`'s password now (tests that make console sessions directly).
+    #[cfg(test)]
+    pub(crate) fn current_stamp(&self, name: &str) -> Option<CredentialStamp> {
+        Self::db(self.shared.as_ref()?)
+            .users
+            .get(name)
+            .map(CredentialStamp::of)
+    }
+
+    /// Time left of the login session `token` (a `gws_` token of [`Authority::login`]):
+    /// `None` for anything else (an API token, which does not expire) and for a session that
+    /// has ended.
+    pub fn login_expires_in(&self, token: &str) -> Option<Duration> {
+        let s = self.shared.as_ref()?;
+        let logins = s.logins.lock().unwrap_or_else(|p| p.into_inner());
+        let login = logins.get(&file::sha256(token.as_bytes()))?;
+        login.expires.checked_duration_since(Instant::now())
     }
 
     fn token(&self, s: &Shared, token: &str) -> Result<Principal, AuthError> {
@@ -248,8 +360,13 @@ impl Authority {
                 .get(&file::sha256(token.as_bytes()))
                 .filter(|l| l.expires > Instant::now())
                 .ok_or_else(bad)?;
-            // The user's current grants: a removed user's sessions end with the reload.
-            let user = db.users.get(&login.user).ok_or_else(bad)?;
+            // The user's current grants: a removed user's sessions end with the reload, and so
+            // do those made with a password the user no longer has.
+            let user = db
+                .users
+                .get(&login.user)
+                .filter(|u| CredentialStamp::of(u) == login.stamp)
+                .ok_or_else(bad)?;
             return Ok(Principal {
                 name: user.name.clone(),
                 grants: user.grants.clone(),
@@ -269,7 +386,11 @@ impl Authority {
         })
     }
 
-    async fn password(&self, user: &str, password: &str) -> Result<Principal, AuthError> {
+    async fn password(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<(Principal, CredentialStamp), AuthError> {
         let bad = || AuthError::Unauthenticated("invalid user name or password".into());
         let Some(s) = &self.shared else {
             return Err(bad());
@@ -279,10 +400,13 @@ impl Authority {
         let (hash, principal) = match db.users.get(user) {
             Some(u) => (
                 u.password_hash.clone(),
-                Some(Principal {
-                    name: u.name.clone(),
-                    grants: u.grants.clone(),
-                }),
+                Some((
+                    Principal {
+                        name: u.name.clone(),
+                        grants: u.grants.clone(),
+                    },
+                    CredentialStamp::of(u),
+                )),
             ),
             None => (DUMMY_HASH.to_owned(), None),
         };
@@ -295,12 +419,21 @@ impl Authority {
         if !cached {
             let password = password.to_owned();
             let check = hash.clone();
-            let Ok(_turn) = s.checks.acquire().await else {
-                return Err(bad());
-            };
-            let ok = tokio::task::spawn_blocking(move || file::verify_password(&password, &check))
-                .await
-                .unwrap_or(false);
+            let turn = Self::turn(s).await?;
+            let shared = Arc::clone(s);
+            let ok = tokio::task::spawn_blocking(move || {
+                let _turn = turn;
+                let now = shared.running.fetch_add(1, Ordering::SeqCst) + 1;
+                shared.peak.fetch_max(now, Ordering::SeqCst);
+                let _running = Counted(&shared.running);
+                let pool = || shared.memory.lock().unwrap_or_else(|p| p.into_inner());
+                let mut memory = pool().pop().unwrap_or_default();
+                let ok = file::verify_password_in(&password, &check, &mut memory);
+                pool().push(memory);
+                ok
+            })
+            .await
+            .unwrap_or(false);
             if !ok {
                 return Err(bad());
             }
@@ -311,6 +444,32 @@ impl Authority {
             verified.insert(key);
         }
         principal.ok_or_else(bad)
+    }
+}
+
+impl Authority {
+    /// One of the [`MAX_PASSWORD_CHECKS`] turns, waiting as one of at most
+    /// [`MAX_PASSWORD_WAITERS`]. Errors: 429 `password-checks` when that many wait.
+    async fn turn(s: &Shared) -> Result<tokio::sync::OwnedSemaphorePermit, AuthError> {
+        if let Ok(turn) = Arc::clone(&s.checks).try_acquire_owned() {
+            return Ok(turn);
+        }
+        let ahead = s.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Counted(&s.waiting);
+        if ahead >= MAX_PASSWORD_WAITERS {
+            s.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(AuthError::LimitExceeded {
+                limit: "password-checks",
+                message: format!(
+                    "limit password-checks reached: {MAX_PASSWORD_CHECKS} password checks are \
+                     running and {MAX_PASSWORD_WAITERS} are waiting; retry shortly"
+                ),
+            });
+        }
+        Arc::clone(&s.checks)
+            .acquire_owned()
+            .await
+            .map_err(|_| AuthError::Unauthenticated("invalid user name or password".into()))
     }
 }
 

@@ -248,6 +248,49 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
     })
 }
 
+/// [`verify_password`] with argon2's working memory in `memory` (`m` KiB of the hash: 19 MiB
+/// for the default hashes), grown or shrunk to the hash's size and kept for the next check.
+/// Reusing a few buffers keeps the process's memory flat under a flood of checks: allocating
+/// 19 MiB per check on ever other blocking threads let the allocator keep hundreds of MiB
+/// (measured in docs/security.md, "Limits"). False for a malformed hash or a wrong password;
+/// the comparison is in constant time.
+pub fn verify_password_in(password: &str, hash: &str, memory: &mut Vec<argon2::Block>) -> bool {
+    let Ok(h) = PasswordHash::new(hash) else {
+        return false;
+    };
+    let (Some(salt), Some(expected)) = (h.salt, h.hash) else {
+        return false;
+    };
+    let Ok(algorithm) = argon2::Algorithm::try_from(h.algorithm) else {
+        return false;
+    };
+    let version = match h.version.map(argon2::Version::try_from) {
+        None => argon2::Version::default(),
+        Some(Ok(v)) => v,
+        Some(Err(_)) => return false,
+    };
+    let Ok(params) = argon2::Params::try_from(&h) else {
+        return false;
+    };
+    let mut salt_buf = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_buf) else {
+        return false;
+    };
+    memory.resize(params.block_count(), argon2::Block::default());
+    let mut out = vec![0u8; expected.len()];
+    let hashed = Argon2::new(algorithm, version, params).hash_password_into_with_memory(
+        password.as_bytes(),
+        salt,
+        &mut out,
+        memory.as_mut_slice(),
+    );
+    hashed.is_ok()
+        && bool::from(subtle::ConstantTimeEq::ct_eq(
+            out.as_slice(),
+            expected.as_bytes(),
+        ))
+}
+
 /// A grant: `role` on `namespace` (`*` for every namespace).
 pub fn grant(namespace: &str, role: Role) -> Grant {
     Grant {

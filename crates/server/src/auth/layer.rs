@@ -80,8 +80,10 @@ async fn prepare(state: &AuthLayerState, request: Request) -> Result<Request, Ap
     Ok(request)
 }
 
-/// `Authorization: Bearer` or `Basic`. Errors: 401 for any other scheme or a malformed value.
+/// `Authorization: Bearer` or `Basic`. Errors: 401 for any other scheme, a malformed value,
+/// or more than one `Authorization` header ([`one_authorization`]).
 fn from_authorization(headers: &HeaderMap) -> Result<Option<Credentials>, ApiError> {
+    one_authorization(headers.get_all(header::AUTHORIZATION).iter().count())?;
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
@@ -89,6 +91,20 @@ fn from_authorization(headers: &HeaderMap) -> Result<Option<Credentials>, ApiErr
         .to_str()
         .map_err(|_| AuthError::Unauthenticated("Authorization header: not ASCII".into()))?;
     Ok(Some(parse_authorization(value)?))
+}
+
+/// Whether a request carries an `Authorization` header (HTTP) or `authorization` metadata
+/// (gRPC), given how many it carries. Errors: 401 for more than one, naming the header: which
+/// one counts would otherwise be up to each proxy and parser on the way (the first, the last,
+/// a comma-joined value), so a request is refused rather than read one way here and another
+/// way there.
+pub fn one_authorization(count: usize) -> Result<bool, AuthError> {
+    if count > 1 {
+        return Err(AuthError::Unauthenticated(format!(
+            "Authorization header: sent {count} times; send exactly one"
+        )));
+    }
+    Ok(count == 1)
 }
 
 /// An `Authorization` value (HTTP header, gRPC metadata): `Bearer <token>` or

@@ -22,7 +22,10 @@ pub mod layer;
 #[cfg(test)]
 mod tests;
 
-pub use authority::{Authority, Credentials, LOGIN_TTL};
+pub use authority::{
+    Authority, CredentialStamp, Credentials, LOGIN_TTL, MAX_PASSWORD_CHECKS, MAX_PASSWORD_WAITERS,
+    PasswordChecks,
+};
 pub use file::{AuthFile, AuthFileError};
 
 /// What a grant allows; each role includes the ones before it.
@@ -152,6 +155,15 @@ pub enum AuthError {
         /// The rule that refused.
         rule: &'static str,
         /// What it needed.
+        message: String,
+    },
+    /// Too many of something at once (HTTP 429 `limit_exceeded`, gRPC RESOURCE_EXHAUSTED):
+    /// the password checks waiting ([`authority::MAX_PASSWORD_WAITERS`]).
+    #[error("{message}")]
+    LimitExceeded {
+        /// The limit (`password-checks`).
+        limit: &'static str,
+        /// What was refused and why.
         message: String,
     },
 }

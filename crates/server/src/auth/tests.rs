@@ -121,8 +121,9 @@ async fn tokens_passwords_and_logins_authenticate() {
     assert!(p.name.starts_with("token:"));
     // One character off, another id, no prefix: all 401.
     let mut wrong = token.clone();
-    wrong.pop();
-    wrong.push('A');
+    // Another last character (a fixed 'A' was the same one time in 64).
+    let last = wrong.pop().unwrap();
+    wrong.push(if last == 'A' { 'B' } else { 'A' });
     for bad in [wrong.as_str(), "gwt_00000000_x", "nonsense", ""] {
         assert!(matches!(
             auth.authenticate(creds_token(bad)).await,
@@ -193,4 +194,32 @@ fn a_malformed_file_is_one_line_naming_line_and_column_without_its_contents() {
     assert!(!e.contains('\n'), "{e}");
     assert!(e.contains("line 2, column 22"), "{e}");
     assert!(!e.contains("secret_looking_value"), "{e}");
+}
+
+#[test]
+fn a_check_in_reused_memory_answers_as_the_plain_check() {
+    let hash = super::file::hash_password("right").unwrap();
+    let mut memory = Vec::new();
+    for (password, want) in [("right", true), ("wrong", false), ("right", true)] {
+        assert_eq!(super::file::verify_password(password, &hash), want);
+        assert_eq!(
+            super::file::verify_password_in(password, &hash, &mut memory),
+            want,
+            "{password}"
+        );
+    }
+    // 19 MiB of working memory (m=19456 KiB, 1 KiB blocks), kept for the next check.
+    assert_eq!(memory.len(), 19_456);
+    assert!(!super::file::verify_password_in(
+        "right",
+        "not a hash",
+        &mut memory
+    ));
+    let other = "$argon2id$v=19$m=8,t=1,p=1$c29tZXNhbHRzb21lc2FsdA$0uG6yVbW3Xk1tHq4w9hB9C2iH8Zr9mQ1dG3oK6pVw0s";
+    assert!(!super::file::verify_password_in(
+        "right",
+        other,
+        &mut memory
+    ));
+    assert_eq!(memory.len(), 8, "resized to the hash's m");
 }

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Console;
 use super::sessions::{SESSION_TTL, clear_cookie, session_cookie, set_cookie};
-use crate::auth::{Caller, Grant};
+use crate::auth::layer::parse_authorization;
+use crate::auth::{Caller, Credentials, Grant};
 use crate::error::ApiError;
 use crate::http::ApiJson;
 
@@ -38,7 +39,10 @@ pub(super) struct SessionJson {
     grants: Vec<Grant>,
     /// The token to send in `X-CSRF-Token` on every mutation.
     csrf: Option<String>,
-    /// Time left of the session, ms (at login: its whole lifetime).
+    /// Time left of the session, ms (at login: its whole lifetime). For a request signed in
+    /// by `Authorization` instead of the cookie: the time left of a Nacos login token
+    /// (`gws_...`); `null` for an API token and Basic credentials, which do not expire, and
+    /// when nobody is signed in.
     expires_in_ms: Option<u64>,
 }
 
@@ -55,19 +59,42 @@ impl Console {
     }
 }
 
-/// Who the request's cookie signs in. Open: it tells a page without a session that it must
-/// sign in (or, with auth off, that it need not).
-pub(super) async fn session(State(c): State<Console>, headers: HeaderMap) -> Json<SessionJson> {
+/// Who the request's cookie signs in (or, without a live cookie session, its
+/// `Authorization` credentials, which the auth middleware has checked). Open: it tells a page
+/// without a session that it must sign in (or, with auth off, that it need not).
+pub(super) async fn session(
+    State(c): State<Console>,
+    caller: Caller,
+    headers: HeaderMap,
+) -> Json<SessionJson> {
     let mut out = c.anonymous();
     let signed_in = session_cookie(&headers).and_then(|id| c.sessions.get(id));
-    if let Some(session) = signed_in {
-        if let Some(p) = c.authority.user(&session.user) {
-            out.user = Some(p.name);
-            out.grants = p.grants;
-            out.csrf = Some(session.csrf);
-        }
+    let by_cookie = signed_in.and_then(|session| {
+        let p = c.authority.user(&session.user, &session.stamp)?;
+        Some((p, session))
+    });
+    if let Some((p, session)) = by_cookie {
+        out.user = Some(p.name);
+        out.grants = p.grants;
+        out.csrf = Some(session.csrf.clone());
+        out.expires_in_ms = Some(millis(session.expires_in()));
+    } else if let (Caller::Principal(p), Some(value)) = (caller, headers.get(header::AUTHORIZATION))
+    {
+        out.user = Some(p.name.clone());
+        out.grants = p.grants.clone();
+        let token = match value.to_str().map(parse_authorization) {
+            Ok(Ok(Credentials::Token(token))) => Some(token),
+            _ => None,
+        };
+        out.expires_in_ms = token
+            .and_then(|t| c.authority.login_expires_in(&t))
+            .map(millis);
     }
     Json(out)
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Checks the password against the `--auth` file's users, opens a session and sets its
@@ -93,17 +120,17 @@ pub(super) async fn login(
             ),
         });
     };
-    let principal = c
+    let (principal, stamp) = c
         .authority
         .check_password(&body.username, &body.password)
         .await?;
-    let new = c.sessions.create(&principal.name);
+    let new = c.sessions.create(&principal.name, stamp);
     tracing::info!(user = %principal.name, "console: signed in");
     let out = SessionJson {
         user: Some(principal.name),
         grants: principal.grants,
         csrf: Some(new.csrf),
-        expires_in_ms: Some(SESSION_TTL.as_millis() as u64),
+        expires_in_ms: Some(millis(SESSION_TTL)),
         ..c.anonymous()
     };
     Ok(([(header::SET_COOKIE, set_cookie(&new.id))], Json(out)).into_response())

@@ -19,7 +19,7 @@ use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
 use crate::auth::file::{base64_url, random_bytes, sha256};
-use crate::auth::{Authority, Caller};
+use crate::auth::{Authority, Caller, CredentialStamp};
 use crate::error::ApiError;
 
 /// Name of the session cookie.
@@ -59,7 +59,16 @@ pub(super) struct Session {
     pub(super) user: String,
     /// The token every mutation must carry in [`CSRF_HEADER`].
     pub(super) csrf: String,
+    /// The password the user signed in with: a user added again since is signed out.
+    pub(super) stamp: CredentialStamp,
     expires: Instant,
+}
+
+impl Session {
+    /// Time left of the session (zero once it has expired).
+    pub(super) fn expires_in(&self) -> Duration {
+        self.expires.saturating_duration_since(Instant::now())
+    }
 }
 
 /// A new session's secrets: the cookie's value and the CSRF token.
@@ -91,7 +100,7 @@ impl Sessions {
 
     /// Opens a session for `user`, valid for [`SESSION_TTL`]; drops expired sessions, and the
     /// oldest when [`MAX_SESSIONS`] are held. O(sessions held).
-    pub(super) fn create(&self, user: &str) -> NewSession {
+    pub(super) fn create(&self, user: &str, stamp: CredentialStamp) -> NewSession {
         let new = NewSession {
             id: random_token(),
             csrf: random_token(),
@@ -110,6 +119,7 @@ impl Sessions {
             Session {
                 user: user.to_owned(),
                 csrf: new.csrf.clone(),
+                stamp,
                 expires: now + SESSION_TTL,
             },
         );
@@ -140,7 +150,8 @@ impl Sessions {
     ///
     /// `Ok(None)` (the request goes on as if without the cookie: anonymous, so the route's
     /// rule answers 401) when auth is off, on the login path, without a cookie, and for an
-    /// unknown or expired session or a user no longer in the file.
+    /// unknown or expired session, a user no longer in the file, or one added again since the
+    /// session's sign-in (a changed password).
     ///
     /// Errors: 403 rule `csrf` for a mutation (any method but GET, HEAD, OPTIONS) of a live
     /// session without its CSRF token in [`CSRF_HEADER`].
@@ -158,7 +169,7 @@ impl Sessions {
         let Some(session) = self.get(id) else {
             return Ok(None);
         };
-        let Some(principal) = authority.user(&session.user) else {
+        let Some(principal) = authority.user(&session.user, &session.stamp) else {
             self.remove(id);
             return Ok(None);
         };

@@ -17,6 +17,11 @@ fn authority() -> Authority {
     Authority::from_file(f)
 }
 
+/// The stamp of ada's password in [`authority`].
+fn stamp() -> crate::auth::CredentialStamp {
+    authority().current_stamp("ada").unwrap()
+}
+
 fn request(method: Method, path: &str, cookie: Option<&str>, csrf: Option<&str>) -> Request<Body> {
     let mut b = Request::builder().method(method).uri(path);
     if let Some(c) = cookie {
@@ -52,7 +57,7 @@ fn the_cookie_is_found_among_others_and_set_with_its_attributes() {
 async fn reads_pass_with_the_cookie_and_changes_need_the_csrf_token() {
     let authority = authority();
     let sessions = Sessions::default();
-    let new = sessions.create("ada");
+    let new = sessions.create("ada", stamp());
     let caller = |m: Method, csrf: Option<&str>| {
         sessions.caller(&authority, &request(m, "/v1/services", Some(&new.id), csrf))
     };
@@ -79,7 +84,7 @@ async fn reads_pass_with_the_cookie_and_changes_need_the_csrf_token() {
         Ok(None)
     ));
     // A user no longer in the file: signed out.
-    let gone = sessions.create("ghost");
+    let gone = sessions.create("ghost", stamp());
     let req = request(Method::GET, "/v1/services", Some(&gone.id), None);
     assert!(matches!(sessions.caller(&authority, &req), Ok(None)));
     assert!(sessions.get(&gone.id).is_none(), "the session was dropped");
@@ -88,7 +93,7 @@ async fn reads_pass_with_the_cookie_and_changes_need_the_csrf_token() {
 #[tokio::test(start_paused = true)]
 async fn sessions_expire_and_are_bounded() {
     let sessions = Sessions::default();
-    let first = sessions.create("ada");
+    let first = sessions.create("ada", stamp());
     tokio::time::advance(SESSION_TTL - std::time::Duration::from_secs(1)).await;
     assert!(sessions.get(&first.id).is_some());
     tokio::time::advance(std::time::Duration::from_secs(1)).await;
@@ -97,11 +102,13 @@ async fn sessions_expire_and_are_bounded() {
         "expired after {SESSION_TTL:?}"
     );
 
-    let oldest = sessions.create("ada");
+    let oldest = sessions.create("ada", stamp());
     tokio::time::advance(std::time::Duration::from_millis(1)).await;
-    let rest: Vec<_> = (1..MAX_SESSIONS).map(|_| sessions.create("ada")).collect();
+    let rest: Vec<_> = (1..MAX_SESSIONS)
+        .map(|_| sessions.create("ada", stamp()))
+        .collect();
     assert_eq!(sessions.len(), MAX_SESSIONS);
-    let one_more = sessions.create("ada");
+    let one_more = sessions.create("ada", stamp());
     assert_eq!(sessions.len(), MAX_SESSIONS, "at most {MAX_SESSIONS}");
     assert!(sessions.get(&oldest.id).is_none(), "the oldest went");
     assert!(sessions.get(&rest[0].id).is_some() && sessions.get(&one_more.id).is_some());

@@ -185,6 +185,7 @@ impl Registry {
                     StoredInstance {
                         instance: instance.clone(),
                         probe: probe.clone(),
+                        owner: owner.clone(),
                     },
                 ));
             }
@@ -386,6 +387,7 @@ impl Registry {
                     StoredInstance {
                         instance: stored,
                         probe: probe.clone(),
+                        owner: entry.owner.clone(),
                     },
                 ));
             }

@@ -125,7 +125,9 @@ pub struct Entry {
     /// Who keeps it alive.
     pub liveness: Liveness,
     /// The principal that registered it (docs/security.md): it may always take it out; others
-    /// need `admin`. `None` without auth, and for persistent instances loaded from the store.
+    /// need `admin`. `None` without auth; a persistent instance keeps it in the store
+    /// ([`StoredInstance::owner`](gangway_core::model::StoredInstance::owner)), so it survives a
+    /// restart.
     pub owner: Option<String>,
     /// Unix ms since which its current keeper keeps it: its registration, kept by a
     /// re-registration through the same session, lease or probe (a heartbeat, an SDK's redo),
@@ -334,7 +336,7 @@ impl Registry {
                     let mut instance = stored.instance;
                     instance.healthy = true;
                     persistent.push((svc.clone(), instance.key.clone(), stored.probe.clone()));
-                    state.insert(&svc, instance, Liveness::Probe(stored.probe), None);
+                    state.insert(&svc, instance, Liveness::Probe(stored.probe), stored.owner);
                 }
                 state.publish(&svc, Changed::All);
             }

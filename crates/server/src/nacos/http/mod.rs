@@ -157,6 +157,10 @@ async fn login(State(nacos): State<Nacos>, p: Params) -> Response {
             "username": principal.name,
         }))
         .into_response(),
+        // Too many checks waiting: 429 in the Nacos error shape, not a wrong password.
+        Err(e @ crate::auth::AuthError::LimitExceeded { .. }) => {
+            NacosError::from(ApiError::from(e)).into_response()
+        }
         Err(_) => (StatusCode::FORBIDDEN, "unknown user!").into_response(),
     }
 }

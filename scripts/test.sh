@@ -18,8 +18,20 @@ if git grep -nIiE "$registry_hosts" -- . ':!*Cargo.lock'; then
   exit 1
 fi
 
+# ---------------------------------------------------------------------------------------------
+# Cluster mode (issue 11; docs/cluster.md): crates/store-etcd builds etcd-client, whose build runs
+# protoc (Debian `protobuf-compiler`, a few seconds to install), and its tests and
+# crates/cli/tests/etcd_store.rs start real etcd members (Debian `etcd-server`, etcd 3.4) on
+# loopback. The CLI's `etcd` feature is on for the whole run so `--store etcd` is tested.
+# ---------------------------------------------------------------------------------------------
+echo "== protoc and etcd (cluster store)"
+if ! command -v protoc >/dev/null 2>&1 || ! command -v etcd >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq protobuf-compiler etcd-server >/dev/null
+fi
+features=(--features gangway-cli/etcd)
+
 echo "== build"
-cargo build --workspace --all-targets
+cargo build --workspace --all-targets "${features[@]}"
 out="${CARGO_TARGET_DIR:-target}"
 gangway="$out/debug/gangway"
 
@@ -51,10 +63,10 @@ fi
 echo "== tests (unit, property, socket, real processes)"
 # Output of failing tests only (.config/nextest.toml); the process tests' result tables of a
 # green run are in target/nextest/ci/junit.xml.
-cargo nextest run --workspace --no-fail-fast --profile ci
+cargo nextest run --workspace --no-fail-fast --profile ci "${features[@]}"
 
 echo "== doc tests"
-cargo test --workspace --doc
+cargo test --workspace --doc "${features[@]}"
 
 # A short fuzz run (issue 13; docs/fuzz.md): every parser of outside input, 5 s per target
 # (about 25 s), seeded by the date so each day tries other inputs; failing inputs land in

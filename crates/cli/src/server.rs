@@ -1,5 +1,6 @@
 //! `gangway server`: run the registry until SIGINT or SIGTERM. The binary chooses the store
-//! (redb under `--data-dir`) and binds both ports, then hands them to `gangway_server::start`.
+//! (redb under `--data-dir` by default, or etcd with `--store etcd`, the `etcd` feature) and
+//! binds both ports, then hands them to `gangway_server::start`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -48,6 +49,17 @@ pub struct ServerArgs {
     /// Directory of the embedded store (persistent instances, settings, offline marks).
     #[arg(long, default_value = config::DEFAULT_DATA_DIR, value_name = "DIR")]
     pub data_dir: PathBuf,
+    /// Where durable state lives: `redb` (embedded, under --data-dir) or `etcd` (shared by
+    /// the gangway nodes on one etcd cluster: --etcd-endpoints; docs/cluster.md).
+    #[arg(long, value_enum, default_value_t = StoreKind::Redb, value_name = "redb|etcd")]
+    pub store: StoreKind,
+    /// With --store etcd: etcd client URLs, comma-separated, `http://HOST:PORT` (1-32).
+    #[arg(long, value_name = "URL,...")]
+    pub etcd_endpoints: Option<String>,
+    /// With --store etcd: the key prefix of this registry's keys (default /gangway); starts
+    /// with /, no trailing /.
+    #[arg(long, value_name = "PREFIX")]
+    pub etcd_prefix: Option<String>,
     /// HTTP/2 keepalive ping interval on sessions.
     #[arg(long, default_value_t = Dur(config::DEFAULT_KEEPALIVE_INTERVAL), value_name = "DURATION")]
     pub keepalive_interval: Dur,
@@ -147,6 +159,65 @@ pub struct ServerArgs {
     pub log: String,
 }
 
+/// The store `gangway server` keeps durable state in (`--store`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// redb under `--data-dir` (the default).
+    Redb,
+    /// etcd at `--etcd-endpoints` under `--etcd-prefix` (needs the `etcd` feature).
+    Etcd,
+}
+
+/// The store chosen by the flags, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreChoice {
+    /// redb in this directory.
+    Redb(PathBuf),
+    /// etcd with this configuration.
+    #[cfg(feature = "etcd")]
+    Etcd(gangway_store_etcd::EtcdConfig),
+}
+
+impl StoreChoice {
+    /// Opens the store; connecting to etcd blocks, so it runs on a blocking thread.
+    ///
+    /// Errors: the data directory cannot be opened, or etcd does not answer within its
+    /// connect timeout.
+    pub async fn open(self) -> anyhow::Result<Arc<dyn gangway_store::Store>> {
+        match self {
+            StoreChoice::Redb(dir) => {
+                let store = gangway_store_redb::RedbStore::open(&dir)
+                    .with_context(|| format!("data dir {}", dir.display()))?;
+                Ok(Arc::new(store))
+            }
+            #[cfg(feature = "etcd")]
+            StoreChoice::Etcd(config) => {
+                let store = tokio::task::spawn_blocking(move || {
+                    gangway_store_etcd::EtcdStore::connect(config)
+                })
+                .await
+                .context("etcd connect task")?
+                .context("--store etcd")?;
+                Ok(Arc::new(store))
+            }
+        }
+    }
+
+    /// How the start-up line names the store: `data-dir=DIR`, or `store=etcd endpoints=...
+    /// prefix=...`.
+    pub fn describe(&self) -> String {
+        match self {
+            StoreChoice::Redb(dir) => format!("data-dir={}", dir.display()),
+            #[cfg(feature = "etcd")]
+            StoreChoice::Etcd(c) => format!(
+                "store=etcd endpoints={} prefix={}",
+                c.endpoints.join(","),
+                c.prefix
+            ),
+        }
+    }
+}
+
 /// A maximum connection count: a number, or derived from the open-file limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaxConnections {
@@ -218,6 +289,70 @@ impl ServerArgs {
         c.security.metrics_auth = self.metrics_auth;
         c.security.insecure_no_auth = self.insecure_no_auth && self.auth.is_none();
         Ok(c)
+    }
+
+    /// The store of --store, --data-dir, --etcd-endpoints and --etcd-prefix.
+    ///
+    /// Errors (a [`CliError::Usage`], exit 2), one line naming the flag: an --etcd-* flag
+    /// without --store etcd; --store etcd without --etcd-endpoints, or in a gangway built
+    /// without the `etcd` feature; an endpoint or prefix that breaks its rule.
+    pub fn store_choice(&self) -> Result<StoreChoice, CliError> {
+        match self.store {
+            StoreKind::Redb => {
+                for (flag, set) in [
+                    ("--etcd-endpoints", self.etcd_endpoints.is_some()),
+                    ("--etcd-prefix", self.etcd_prefix.is_some()),
+                ] {
+                    if set {
+                        return Err(CliError::usage(
+                            flag,
+                            format!("{flag} needs --store etcd (the store is redb)"),
+                        ));
+                    }
+                }
+                Ok(StoreChoice::Redb(self.data_dir.clone()))
+            }
+            StoreKind::Etcd => self.etcd_choice(),
+        }
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    fn etcd_choice(&self) -> Result<StoreChoice, CliError> {
+        Err(CliError::usage(
+            "--store",
+            "--store etcd: this gangway was built without etcd support \
+             (cargo build -p gangway-cli --features etcd; docs/cluster.md)",
+        ))
+    }
+
+    #[cfg(feature = "etcd")]
+    fn etcd_choice(&self) -> Result<StoreChoice, CliError> {
+        use gangway_store_etcd::config::{self as etcd, EtcdConfig};
+        let Some(list) = &self.etcd_endpoints else {
+            return Err(CliError::usage(
+                "--etcd-endpoints",
+                "--store etcd needs --etcd-endpoints http://HOST:PORT,... (the etcd client URLs)",
+            ));
+        };
+        let endpoints = etcd::parse_endpoints(list)
+            .map_err(|m| CliError::usage("--etcd-endpoints", format!("--etcd-endpoints {m}")))?;
+        let config = EtcdConfig {
+            endpoints,
+            prefix: self
+                .etcd_prefix
+                .clone()
+                .unwrap_or_else(|| etcd::DEFAULT_PREFIX.to_owned()),
+            ..EtcdConfig::default()
+        };
+        if let Err(e) = config.validate() {
+            let p = &e.problems[0];
+            let flag = match p.field {
+                "endpoints" => "--etcd-endpoints",
+                _ => "--etcd-prefix",
+            };
+            return Err(CliError::usage(flag, format!("{flag} {}", p.message)));
+        }
+        Ok(StoreChoice::Etcd(config))
     }
 
     /// Without --auth only loopback addresses are served, unless --insecure-no-auth says
@@ -365,6 +500,7 @@ fn flag_problems(e: ConfigError) -> CliError {
 /// Runs the registry until SIGINT/SIGTERM, then stops within `--shutdown-timeout`.
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let config = args.config()?;
+    let store = args.store_choice()?;
     let tls = args.tls()?;
     // Handlers first, so that a signal sent right after the start-up line is never lost.
     use tokio::signal::unix::{SignalKind, signal};
@@ -381,8 +517,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let grpc = TcpListener::bind(args.grpc)
         .await
         .with_context(|| format!("bind gRPC {}", args.grpc))?;
-    let store = gangway_store_redb::RedbStore::open(&args.data_dir)
-        .with_context(|| format!("data dir {}", args.data_dir.display()))?;
+    let store_line = store.describe();
+    let store = store.open().await?;
     let mut config = config;
     #[cfg(feature = "tls")]
     {
@@ -407,19 +543,18 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     }
     let authority = config.security.authority.clone();
     let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
-    let server = gangway_server::start(config.clone(), Arc::new(store), http, grpc).await?;
+    let server = gangway_server::start(config.clone(), store, http, grpc).await?;
     // The ports answer health (503 LOADING) while the store loads; the line below says that
     // everything is served.
     server.loaded().await?;
     let (http_max, grpc_max) = server.max_connections;
     println!(
-        "gangway server {} listening: http={} grpc={} data-dir={} warm-up={} \
+        "gangway server {} listening: http={} grpc={} {store_line} warm-up={} \
          max-connections={http_max}/{grpc_max} budget={} fd-limit={fd_limit} auth={} \
          tls={tls_mode}",
         env!("CARGO_PKG_VERSION"),
         server.http_addr,
         server.grpc_addr,
-        args.data_dir.display(),
         format_duration(config.warmup),
         server.connection_budget,
         if authority.is_on() { "on" } else { "off" },
@@ -528,6 +663,109 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--metrics-auth needs --auth"), "{e}");
+    }
+
+    #[test]
+    fn the_store_is_redb_by_default_and_etcd_flags_need_store_etcd() {
+        let choice = parse(&["--data-dir", "/tmp/x"])
+            .unwrap()
+            .store_choice()
+            .unwrap();
+        assert_eq!(choice, super::StoreChoice::Redb("/tmp/x".into()));
+        assert_eq!(choice.describe(), "data-dir=/tmp/x");
+        for flag in ["--etcd-endpoints", "--etcd-prefix"] {
+            let e = parse(&[flag, "x"])
+                .unwrap()
+                .store_choice()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("{flag} needs --store etcd")), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        let e = parse(&["--store", "zookeeper"]).err().unwrap().to_string();
+        assert!(e.contains("--store") && e.contains("redb"), "{e}");
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn store_etcd_without_the_feature_is_refused_naming_it() {
+        let e = parse(&[
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            "http://127.0.0.1:2379",
+        ])
+        .unwrap()
+        .store_choice()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--store etcd: this gangway was built without etcd"),
+            "{e}"
+        );
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn store_etcd_flags_are_read_and_checked_one_line_naming_the_flag() {
+        let choice = parse(&[
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            "http://127.0.0.1:2379,http://127.0.0.1:22379",
+        ])
+        .unwrap()
+        .store_choice()
+        .unwrap();
+        let super::StoreChoice::Etcd(c) = &choice else {
+            panic!("{choice:?}")
+        };
+        assert_eq!(
+            c.endpoints,
+            ["http://127.0.0.1:2379", "http://127.0.0.1:22379"]
+        );
+        assert_eq!(c.prefix, "/gangway");
+        assert_eq!(
+            choice.describe(),
+            "store=etcd endpoints=http://127.0.0.1:2379,http://127.0.0.1:22379 prefix=/gangway"
+        );
+        for (flags, says) in [
+            (
+                &["--store", "etcd"][..],
+                "--store etcd needs --etcd-endpoints",
+            ),
+            (
+                &["--store", "etcd", "--etcd-endpoints", "127.0.0.1:2379"][..],
+                "--etcd-endpoints \"127.0.0.1:2379\" must look like http://HOST:PORT",
+            ),
+            (
+                &["--store", "etcd", "--etcd-endpoints", "http://a:1,"][..],
+                "--etcd-endpoints an empty endpoint",
+            ),
+            (
+                &["--store", "etcd", "--etcd-endpoints", "https://a:1"][..],
+                "--etcd-endpoints \"https://a:1\": TLS to etcd is not supported yet",
+            ),
+            (
+                &[
+                    "--store",
+                    "etcd",
+                    "--etcd-endpoints",
+                    "http://a:1",
+                    "--etcd-prefix",
+                    "g/",
+                ][..],
+                "--etcd-prefix must start with / and not end with /",
+            ),
+        ] {
+            let e = parse(flags)
+                .unwrap()
+                .store_choice()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{flags:?}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
     }
 
     #[test]

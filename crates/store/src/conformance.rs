@@ -13,6 +13,7 @@ pub fn run<S: Store>(new_store: impl Fn() -> S) {
     deletes_remove_and_tolerate_absence(&new_store());
     batch_applies_in_order(&new_store());
     owners_round_trip(&new_store());
+    large_batches_apply_whole_or_not_at_all(&new_store());
 }
 
 /// A sample persistent instance `10.0.0.<n>:8080` with metadata and a non-default probe,
@@ -120,4 +121,40 @@ fn owners_round_trip(store: &impl Store) {
     assert_eq!(owners, [Some("alice"), Some("token:admin"), None]);
     assert_eq!(loaded.instances[&svc][&alice.instance.key], alice);
     assert_eq!(loaded.instances[&svc][&by_admin.instance.key], by_admin);
+}
+
+/// A batch as large as the store's [`Store::max_batch`] (200 writes without a bound) applies
+/// whole; with a bound, one distinct key more is refused [`StoreError::TooLarge`] and changes
+/// nothing, while repeated writes to one key count once.
+///
+/// [`StoreError::TooLarge`]: crate::StoreError::TooLarge
+fn large_batches_apply_whole_or_not_at_all(store: &impl Store) {
+    let svc = ServiceKey::named("large");
+    let n = store.max_batch().unwrap_or(200);
+    let puts = |range: std::ops::Range<usize>| -> Vec<Write> {
+        range
+            .map(|i| Write::PutInstance(svc.clone(), sample(1000 + i as u16)))
+            .collect()
+    };
+    let mut batch = puts(0..n);
+    // The same key again: still `n` distinct keys.
+    batch.push(Write::DeleteInstance(
+        svc.clone(),
+        sample(1000).instance.key,
+    ));
+    store.apply(&batch).expect("a batch at the bound applies");
+    let mut expected = Contents::default();
+    expected.apply(&batch);
+    assert_eq!(store.load().expect("load"), expected);
+    assert_eq!(expected.instances[&svc].len(), n - 1);
+    if store.max_batch().is_some() {
+        let err = store
+            .apply(&puts(n..2 * n + 1))
+            .expect_err("one key over the bound");
+        assert!(
+            matches!(err, crate::StoreError::TooLarge { writes, max } if writes == n + 1 && max == n),
+            "{err}"
+        );
+        assert_eq!(store.load().expect("load"), expected, "nothing applied");
+    }
 }

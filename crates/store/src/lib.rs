@@ -85,6 +85,15 @@ pub enum StoreError {
     /// Disk, database or lock failure.
     #[error("store I/O failed: {0}")]
     Io(String),
+    /// The batch holds more distinct keys than the backend takes in one transaction
+    /// ([`Store::max_batch`]); nothing of it was applied.
+    #[error("store batch too large: {writes} distinct keys, at most {max} per transaction")]
+    TooLarge {
+        /// Distinct keys the batch writes (writes to one key count once).
+        writes: usize,
+        /// The backend's bound.
+        max: usize,
+    },
     /// Stored bytes that do not decode.
     #[error("store holds undecodable data in {table}: {message}")]
     Corrupt {
@@ -100,7 +109,18 @@ pub trait Store: Send + Sync + 'static {
     /// Everything stored.
     fn load(&self) -> Result<Contents, StoreError>;
     /// Applies `batch` atomically; durable when `Ok` is returned.
+    ///
+    /// Errors: [`StoreError::TooLarge`] (nothing applied) when the batch writes more distinct
+    /// keys than [`max_batch`](Store::max_batch); I/O failures.
     fn apply(&self, batch: &[Write]) -> Result<(), StoreError>;
+
+    /// Most writes one [`apply`](Store::apply) takes, or `None` (the default) for no bound.
+    /// A group commit gathers whole callers' batches up to it (a single caller's larger batch
+    /// still goes alone, and a backend may refuse it). The embedded stores have no bound; etcd
+    /// takes at most `--max-txn-ops` operations (128 by default) in one transaction.
+    fn max_batch(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A store in memory: not durable. For tests.
@@ -131,6 +151,6 @@ impl Store for MemoryStore {
 mod tests {
     #[test]
     fn memory_store_conforms() {
-        super::conformance::run(|| super::MemoryStore::default());
+        super::conformance::run(super::MemoryStore::default);
     }
 }

@@ -1,13 +1,16 @@
 //! What gangway's tests share. Tests synchronise by polling a condition with a deadline,
 //! never by sleeping a guessed time (STYLE: "no `sleep` as synchronisation"). Both helpers use
 //! tokio's clock, so they also work under `#[tokio::test(start_paused = true)]`. With the
-//! feature `tls`, [`tls`] makes a private CA and certificates for TLS tests.
+//! feature `tls`, [`tls`] makes a private CA and certificates for TLS tests; with the feature
+//! `etcd`, [`etcd`] runs real etcd members on loopback for cluster tests.
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "tls")]
 pub mod tls;
 

@@ -121,30 +121,33 @@ impl Registry {
             .filter(|(_, m)| m.gone_since.is_some_and(|t| t.elapsed() >= expiry))
             .map(|(k, _)| k.clone())
             .collect();
-        if stale.is_empty() {
-            return;
-        }
-        let batch = stale
-            .iter()
-            .map(|(s, k)| Write::DeleteOfflineMark(s.clone(), k.clone()))
-            .collect();
-        let dropped = self
-            .commit(batch, move |state| {
-                for key in stale {
-                    // Only if still gone: a re-registration meanwhile keeps the mark in memory.
-                    if state
-                        .marks
-                        .get(&key)
-                        .is_some_and(|m| m.gone_since.is_some())
-                    {
-                        state.marks.remove(&key);
+        // One commit for all of them, or, when the store bounds a batch (etcd), one per
+        // that many marks: each is independent of the others.
+        let chunk = self.inner.committer.max_writes.unwrap_or(usize::MAX).max(1);
+        for stale in stale.chunks(chunk) {
+            let stale = stale.to_vec();
+            let batch = stale
+                .iter()
+                .map(|(s, k)| Write::DeleteOfflineMark(s.clone(), k.clone()))
+                .collect();
+            let dropped = self
+                .commit(batch, move |state| {
+                    for key in stale {
+                        // Only if still gone: a re-registration meanwhile keeps the mark.
+                        if state
+                            .marks
+                            .get(&key)
+                            .is_some_and(|m| m.gone_since.is_some())
+                        {
+                            state.marks.remove(&key);
+                        }
                     }
-                }
-                Ok(())
-            })
-            .await;
-        if let Err(e) = dropped {
-            tracing::warn!(error = %e, "could not drop expired offline marks");
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = dropped {
+                tracing::warn!(error = %e, "could not drop expired offline marks");
+            }
         }
     }
 }

@@ -6,7 +6,9 @@
 //! One committer task owns the store's write side: it takes every job waiting, applies their
 //! writes in one blocking store call (`spawn_blocking`), and meanwhile the next batch gathers.
 //! The queue is bounded ([`QUEUE`] jobs: a writer waits for room), and so is a batch
-//! ([`MAX_BATCH`] jobs).
+//! ([`MAX_BATCH`] jobs, and at most [`Store::max_batch`] writes when the store has such a
+//! bound: etcd's transactions do; a job is never split, and one job above the bound goes
+//! alone).
 
 use std::sync::{Arc, Weak};
 
@@ -37,6 +39,8 @@ pub(crate) struct Committer {
     closing: watch::Sender<bool>,
     /// Set by the committer once it dropped the store (its file lock is free then).
     released: watch::Receiver<bool>,
+    /// The store's [`Store::max_batch`]: most writes per batch, `None` for no bound.
+    pub(crate) max_writes: Option<usize>,
 }
 
 /// The committer's end of the queue, until [`Queue::start`] gives it its task.
@@ -44,11 +48,13 @@ pub(crate) struct Queue {
     rx: mpsc::Receiver<Job>,
     closing: watch::Receiver<bool>,
     released: watch::Sender<bool>,
+    max_writes: Option<usize>,
 }
 
 impl Committer {
-    /// A committer and its queue.
-    pub(crate) fn new() -> (Self, Queue) {
+    /// A committer and its queue; a batch holds at most `max_writes` writes (the store's
+    /// [`Store::max_batch`]) unless a single job has more.
+    pub(crate) fn new(max_writes: Option<usize>) -> (Self, Queue) {
         let (jobs, rx) = mpsc::channel(QUEUE);
         let (closing_tx, closing) = watch::channel(false);
         let (released, released_rx) = watch::channel(false);
@@ -57,11 +63,13 @@ impl Committer {
                 jobs,
                 closing: closing_tx,
                 released: released_rx,
+                max_writes,
             },
             Queue {
                 rx,
                 closing,
                 released,
+                max_writes,
             },
         )
     }
@@ -101,19 +109,35 @@ async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, queue: Queue) {
         mut rx,
         mut closing,
         released,
+        max_writes,
     } = queue;
+    let max_writes = max_writes.unwrap_or(usize::MAX);
+    // A job taken from the queue that would have made the last batch too large: it opens the
+    // next one.
+    let mut carried: Option<Job> = None;
     loop {
-        let first = tokio::select! {
-            job = rx.recv() => match job {
-                Some(job) => job,
-                None => break,
+        let first = match carried.take() {
+            Some(job) => job,
+            None => tokio::select! {
+                job = rx.recv() => match job {
+                    Some(job) => job,
+                    None => break,
+                },
+                _ = closing.wait_for(|c| *c) => break,
             },
-            _ = closing.wait_for(|c| *c) => break,
         };
+        let mut writes_in_batch = first.writes.len();
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(job) => jobs.push(job),
+                Ok(job) if writes_in_batch.saturating_add(job.writes.len()) > max_writes => {
+                    carried = Some(job);
+                    break;
+                }
+                Ok(job) => {
+                    writes_in_batch += job.writes.len();
+                    jobs.push(job);
+                }
                 Err(_) => break,
             }
         }

@@ -291,7 +291,7 @@ impl Registry {
             warmup: !config.warmup.is_zero(),
             ..hold::Holds::default()
         };
-        let (committer, queue) = durable::Committer::new();
+        let (committer, queue) = durable::Committer::new(store.max_batch());
         let registry = Registry {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),

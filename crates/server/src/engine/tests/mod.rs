@@ -249,6 +249,53 @@ async fn persistent_instances_are_stored_and_reloaded() {
     assert!(store.load().unwrap().instances.is_empty());
 }
 
+/// A store with a bound on its batches (as etcd's transactions have), recording each
+/// batch's size; each apply takes 5 ms, as an fsync would, so that writers queue meanwhile.
+#[derive(Default)]
+struct BoundedStore {
+    inner: MemoryStore,
+    sizes: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Store for BoundedStore {
+    fn load(&self) -> Result<gangway_store::Contents, gangway_store::StoreError> {
+        self.inner.load()
+    }
+    fn apply(&self, batch: &[gangway_store::Write]) -> Result<(), gangway_store::StoreError> {
+        std::thread::sleep(Duration::from_millis(5));
+        self.sizes.lock().unwrap().push(batch.len());
+        self.inner.apply(batch)
+    }
+    fn max_batch(&self) -> Option<usize> {
+        Some(2)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commits_stay_within_the_stores_bound_at_job_boundaries() {
+    let store = Arc::new(BoundedStore::default());
+    let r = registry_with(store.clone(), Config::for_tests());
+    let writers: Vec<_> = (1..=30)
+        .map(|n| {
+            let r = r.clone();
+            tokio::spawn(async move {
+                r.register(svc(), inst(n), LivenessRequest::Probe(ProbeSpec::default()))
+                    .await
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+    let sizes = store.sizes.lock().unwrap().clone();
+    assert!(sizes.iter().all(|&n| (1..=2).contains(&n)), "{sizes:?}");
+    assert!(
+        sizes.contains(&2),
+        "writers queued meanwhile are committed together: {sizes:?}"
+    );
+    assert_eq!(store.load().unwrap().instances[&svc()].len(), 30);
+}
+
 #[tokio::test]
 async fn drain_waits_for_every_subscriber_ack() {
     let r = registry();

@@ -60,6 +60,10 @@ pub struct ServerArgs {
     /// with /, no trailing /.
     #[arg(long, value_name = "PREFIX")]
     pub etcd_prefix: Option<String>,
+    /// With --store etcd: TTL of this node's etcd lease (whole seconds, 2s-60s; default 5s),
+    /// renewed every third of it; shown on /v1/health.
+    #[arg(long, value_name = "DURATION")]
+    pub etcd_lease_ttl: Option<Dur>,
     /// HTTP/2 keepalive ping interval on sessions.
     #[arg(long, default_value_t = Dur(config::DEFAULT_KEEPALIVE_INTERVAL), value_name = "DURATION")]
     pub keepalive_interval: Dur,
@@ -173,9 +177,19 @@ pub enum StoreKind {
 pub enum StoreChoice {
     /// redb in this directory.
     Redb(PathBuf),
-    /// etcd with this configuration.
+    /// etcd with this configuration, and a node lease of this TTL.
     #[cfg(feature = "etcd")]
-    Etcd(gangway_store_etcd::EtcdConfig),
+    Etcd(gangway_store_etcd::EtcdConfig, Duration),
+}
+
+/// An opened store, and with etcd the node's lease.
+pub struct OpenedStore {
+    /// The store to hand to the server.
+    pub store: Arc<dyn gangway_store::Store>,
+    /// The node lease as `/v1/health` shows it (`--store etcd`).
+    pub node_lease: Option<tokio::sync::watch::Receiver<gangway_wire::rest::NodeLease>>,
+    /// Revokes the node lease (blocking; at most the etcd request timeout) at the stop.
+    pub release: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl StoreChoice {
@@ -183,22 +197,38 @@ impl StoreChoice {
     ///
     /// Errors: the data directory cannot be opened, or etcd does not answer within its
     /// connect timeout.
-    pub async fn open(self) -> anyhow::Result<Arc<dyn gangway_store::Store>> {
+    pub async fn open(self) -> anyhow::Result<OpenedStore> {
         match self {
             StoreChoice::Redb(dir) => {
                 let store = gangway_store_redb::RedbStore::open(&dir)
                     .with_context(|| format!("data dir {}", dir.display()))?;
-                Ok(Arc::new(store))
+                Ok(OpenedStore {
+                    store: Arc::new(store),
+                    node_lease: None,
+                    release: None,
+                })
             }
             #[cfg(feature = "etcd")]
-            StoreChoice::Etcd(config) => {
-                let store = tokio::task::spawn_blocking(move || {
-                    gangway_store_etcd::EtcdStore::connect(config)
+            StoreChoice::Etcd(config, ttl) => {
+                let (store, lease) = tokio::task::spawn_blocking(move || {
+                    let store = gangway_store_etcd::EtcdStore::connect(config)?;
+                    let lease = store.grant_node_lease(ttl)?;
+                    Ok::<_, gangway_store::StoreError>((store, lease))
                 })
                 .await
                 .context("etcd connect task")?
                 .context("--store etcd")?;
-                Ok(Arc::new(store))
+                let node_lease = forward_lease(&lease);
+                tracing::info!(lease = %format!("{:016x}", lease.id()), "etcd node lease granted");
+                Ok(OpenedStore {
+                    store: Arc::new(store),
+                    node_lease: Some(node_lease),
+                    release: Some(Box::new(move || {
+                        if let Err(e) = lease.revoke() {
+                            tracing::warn!(error = %e, "etcd node lease not revoked; it expires after its ttl");
+                        }
+                    })),
+                })
             }
         }
     }
@@ -209,13 +239,55 @@ impl StoreChoice {
         match self {
             StoreChoice::Redb(dir) => format!("data-dir={}", dir.display()),
             #[cfg(feature = "etcd")]
-            StoreChoice::Etcd(c) => format!(
+            StoreChoice::Etcd(c, _) => format!(
                 "store=etcd endpoints={} prefix={}",
                 c.endpoints.join(","),
                 c.prefix
             ),
         }
     }
+}
+
+/// The node lease's state as `/v1/health` shows it, kept current by a task that ends with
+/// the lease's keep-alive.
+#[cfg(feature = "etcd")]
+fn forward_lease(
+    lease: &gangway_store_etcd::NodeLease,
+) -> tokio::sync::watch::Receiver<gangway_wire::rest::NodeLease> {
+    use gangway_store_etcd::LeaseState;
+    let (id, ttl_s) = (format!("{:016x}", lease.id()), lease.ttl().as_secs() as i64);
+    let show = move |state: &LeaseState| match state {
+        LeaseState::Alive {
+            ttl_s, renewals, ..
+        } => gangway_wire::rest::NodeLease {
+            id: id.clone(),
+            state: "alive".into(),
+            ttl_s: *ttl_s,
+            renewals: *renewals,
+            reason: None,
+        },
+        LeaseState::Lost { reason, .. } => gangway_wire::rest::NodeLease {
+            id: id.clone(),
+            state: "lost".into(),
+            ttl_s,
+            renewals: 0,
+            reason: Some(reason.clone()),
+        },
+    };
+    let mut states = lease.subscribe();
+    let (tx, rx) = tokio::sync::watch::channel(show(&states.borrow()));
+    tokio::spawn(async move {
+        while states.changed().await.is_ok() {
+            let state = states.borrow_and_update().clone();
+            if let LeaseState::Lost { reason, .. } = &state {
+                tracing::error!(%reason, "etcd node lease lost");
+            }
+            if tx.send(show(&state)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// A maximum connection count: a number, or derived from the open-file limit.
@@ -302,6 +374,7 @@ impl ServerArgs {
                 for (flag, set) in [
                     ("--etcd-endpoints", self.etcd_endpoints.is_some()),
                     ("--etcd-prefix", self.etcd_prefix.is_some()),
+                    ("--etcd-lease-ttl", self.etcd_lease_ttl.is_some()),
                 ] {
                     if set {
                         return Err(CliError::usage(
@@ -352,7 +425,18 @@ impl ServerArgs {
             };
             return Err(CliError::usage(flag, format!("{flag} {}", p.message)));
         }
-        Ok(StoreChoice::Etcd(config))
+        use gangway_store_etcd::lease::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
+        let ttl = self.etcd_lease_ttl.map_or(DEFAULT_TTL, |d| d.0);
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) || ttl.subsec_nanos() != 0 {
+            return Err(CliError::usage(
+                "--etcd-lease-ttl",
+                format!(
+                    "--etcd-lease-ttl must be whole seconds, 2s-60s, got {}",
+                    format_duration(ttl)
+                ),
+            ));
+        }
+        Ok(StoreChoice::Etcd(config, ttl))
     }
 
     /// Without --auth only loopback addresses are served, unless --insecure-no-auth says
@@ -518,7 +602,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("bind gRPC {}", args.grpc))?;
     let store_line = store.describe();
-    let store = store.open().await?;
+    let opened = store.open().await?;
     let mut config = config;
     #[cfg(feature = "tls")]
     {
@@ -543,7 +627,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     }
     let authority = config.security.authority.clone();
     let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
-    let server = gangway_server::start(config.clone(), store, http, grpc).await?;
+    config.node_lease = opened.node_lease.clone();
+    let server = gangway_server::start(config.clone(), opened.store, http, grpc).await?;
     // The ports answer health (503 LOADING) while the store loads; the line below says that
     // everything is served.
     server.loaded().await?;
@@ -583,6 +668,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         }
     }
     let report = server.shutdown().await;
+    if let Some(release) = opened.release {
+        // Revoked only after the stop: this node's keys go once it serves nothing.
+        let _ = tokio::task::spawn_blocking(release).await;
+    }
     let dropped = report.http.dropped + report.grpc.dropped;
     println!(
         "gangway server stopped in {} ms: {} connections closed, {dropped} dropped at the \
@@ -673,7 +762,7 @@ mod tests {
             .unwrap();
         assert_eq!(choice, super::StoreChoice::Redb("/tmp/x".into()));
         assert_eq!(choice.describe(), "data-dir=/tmp/x");
-        for flag in ["--etcd-endpoints", "--etcd-prefix"] {
+        for flag in ["--etcd-endpoints", "--etcd-prefix", "--etcd-lease-ttl"] {
             let e = parse(&[flag, "x"])
                 .unwrap()
                 .store_choice()
@@ -717,9 +806,10 @@ mod tests {
         .unwrap()
         .store_choice()
         .unwrap();
-        let super::StoreChoice::Etcd(c) = &choice else {
+        let super::StoreChoice::Etcd(c, ttl) = &choice else {
             panic!("{choice:?}")
         };
+        assert_eq!(*ttl, Duration::from_secs(5));
         assert_eq!(
             c.endpoints,
             ["http://127.0.0.1:2379", "http://127.0.0.1:22379"]
@@ -756,6 +846,17 @@ mod tests {
                     "g/",
                 ][..],
                 "--etcd-prefix must start with / and not end with /",
+            ),
+            (
+                &[
+                    "--store",
+                    "etcd",
+                    "--etcd-endpoints",
+                    "http://a:1",
+                    "--etcd-lease-ttl",
+                    "1s",
+                ][..],
+                "--etcd-lease-ttl must be whole seconds, 2s-60s, got 1s",
             ),
         ] {
             let e = parse(flags)

@@ -87,6 +87,10 @@ async fn persistent_instances_written_through_one_node_are_loaded_by_the_next_af
     assert_eq!(before.len(), 300);
     let health = first.get("/v1/health").await;
     println!("health of the etcd-backed node: {health}");
+    let lease = &health["node_lease"];
+    assert_eq!(lease["state"], "alive", "{health}");
+    assert_eq!(lease["ttl_s"], 5, "{health}");
+    assert_eq!(lease["id"].as_str().map(str::len), Some(16), "{health}");
 
     first.proc.signal(Signal::SIGKILL);
     first.proc.wait(Duration::from_secs(5)).await;

@@ -139,6 +139,9 @@ pub struct Config {
     pub security: Security,
     /// What one session may hold (docs/security.md, "Limits").
     pub session_limits: SessionLimits,
+    /// This node's etcd lease, kept by the binary with `--store etcd` (docs/cluster.md) and
+    /// shown on `/v1/health`; `None` (default) without one.
+    pub node_lease: Option<tokio::sync::watch::Receiver<gangway_wire::rest::NodeLease>>,
 }
 
 /// What one session may hold; beyond it a subscribe or register is refused with
@@ -317,6 +320,7 @@ impl Default for Config {
             nacos: NacosTiming::default(),
             security: Security::default(),
             session_limits: SessionLimits::default(),
+            node_lease: None,
         }
     }
 }

@@ -57,6 +57,19 @@ impl Layout {
         }
     }
 
+    /// `P/v1/`: every key of this layout starts with it (the prefix a watch covers).
+    pub fn root(&self) -> String {
+        format!("{}/{VERSION}/", self.prefix)
+    }
+
+    /// The space a key of this layout belongs to; `None` for a key outside the three
+    /// (a later key space, another prefix).
+    pub fn space_of(&self, key: &str) -> Option<Space> {
+        Space::ALL
+            .into_iter()
+            .find(|s| key.starts_with(&self.space(*s)))
+    }
+
     /// `P/v1/{space}/`: every key of `space` starts with it.
     pub fn space(&self, space: Space) -> String {
         format!("{}/{VERSION}/{}/", self.prefix, space.segment())

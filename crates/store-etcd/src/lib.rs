@@ -55,9 +55,13 @@ use tokio::time::Instant;
 
 pub mod config;
 pub mod keys;
+pub mod lease;
+pub mod watch;
 
 pub use config::{ConfigError, EtcdConfig};
 pub use keys::{Layout, Space};
+pub use lease::{LeaseState, NodeLease};
+pub use watch::{PrefixWatch, WatchEvent};
 
 /// First pause before a retry: 20 ms.
 pub const RETRY_FIRST: Duration = Duration::from_millis(20);
@@ -70,24 +74,30 @@ pub const ATTEMPTS_PER_CALL: u32 = 4;
 /// Most starts of one `load` when etcd compacts the revision it reads at: 3.
 pub const LOAD_ATTEMPTS: usize = 3;
 
-/// The etcd-backed store. Cheap to share (`Arc`); dropping it stops its runtime.
+/// The etcd-backed store. Cheap to share (`Arc`); dropping it stops its runtime, and with it
+/// every [`NodeLease`] keep-alive and [`PrefixWatch`] it started.
 pub struct EtcdStore {
-    /// One client per endpoint, in `endpoints` order.
-    clients: Vec<Client>,
-    /// The endpoint calls go to first: the last one that answered.
-    preferred: Arc<AtomicUsize>,
-    layout: Layout,
-    config: EtcdConfig,
+    shared: Arc<Shared>,
     // An Option only so that Drop can shut it down without blocking (dropping a runtime inside
     // another runtime's task would panic).
     runtime: Option<tokio::runtime::Runtime>,
 }
 
+/// What the blocking store, the lease keep-alive and the watch task share.
+pub(crate) struct Shared {
+    /// One client per endpoint, in `endpoints` order.
+    clients: Vec<Client>,
+    /// The endpoint calls go to first: the last one that answered.
+    preferred: AtomicUsize,
+    pub(crate) layout: Layout,
+    pub(crate) config: EtcdConfig,
+}
+
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("endpoints", &self.config.endpoints)
-            .field("prefix", &self.config.prefix)
+            .field("endpoints", &self.shared.config.endpoints)
+            .field("prefix", &self.shared.config.prefix)
             .finish()
     }
 }
@@ -101,7 +111,7 @@ impl Drop for EtcdStore {
 }
 
 /// A failure of one attempt: retry it, or give up.
-enum Attempt {
+pub(crate) enum Attempt {
     Retry(String),
     Fail(StoreError),
 }
@@ -131,12 +141,16 @@ impl EtcdStore {
         let endpoints = config.endpoints.clone();
         let deadline = config.connect_timeout;
         // The client connects lazily: a member down at start is no error here.
-        let clients = run_on(&runtime, deadline, async move {
+        let clients = run_on(runtime.handle(), async move {
             let mut clients = Vec::with_capacity(endpoints.len());
             for endpoint in &endpoints {
-                let client = Client::connect([endpoint], Some(options.clone()))
-                    .await
-                    .map_err(|e| format!("{endpoint}: {e}"))?;
+                let client = tokio::time::timeout(
+                    deadline,
+                    Client::connect([endpoint], Some(options.clone())),
+                )
+                .await
+                .map_err(|_| format!("{endpoint}: no answer within {deadline:?}"))?
+                .map_err(|e| format!("{endpoint}: {e}"))?;
                 clients.push(client);
             }
             Ok::<_, String>(clients)
@@ -144,28 +158,35 @@ impl EtcdStore {
         .and_then(|connected| connected)
         .map_err(|e| StoreError::Io(format!("etcd {}: {e}", config.endpoints.join(","))))?;
         let store = Self {
-            clients,
-            preferred: Arc::new(AtomicUsize::new(0)),
-            layout: Layout::new(&config.prefix),
-            config,
+            shared: Arc::new(Shared {
+                clients,
+                preferred: AtomicUsize::new(0),
+                layout: Layout::new(&config.prefix),
+                config,
+            }),
             runtime: Some(runtime),
         };
         // One cheap read: etcd answers with a leader, or connect fails here, not at the first
         // write.
-        let key = store.layout.space(Space::Services);
+        let shared = store.shared.clone();
+        let key = shared.layout.space(Space::Services);
         store
-            .call(store.config.connect_timeout, move |mut c| {
-                let key = key.clone();
-                async move {
-                    c.get(key, Some(GetOptions::new().with_count_only()))
-                        .await
-                        .map(|_| ())
-                }
+            .block(async move {
+                shared
+                    .call(shared.config.connect_timeout, move |mut c| {
+                        let key = key.clone();
+                        async move {
+                            c.get(key, Some(GetOptions::new().with_count_only()))
+                                .await
+                                .map(|_| ())
+                        }
+                    })
+                    .await
             })
             .map_err(|e| match e {
                 StoreError::Io(m) => StoreError::Io(format!(
                     "etcd {} does not answer: {m}",
-                    store.config.endpoints.join(",")
+                    store.shared.config.endpoints.join(",")
                 )),
                 other => other,
             })?;
@@ -174,7 +195,7 @@ impl EtcdStore {
 
     /// The key layout under this store's prefix.
     pub fn layout(&self) -> &Layout {
-        &self.layout
+        &self.shared.layout
     }
 
     /// Everything stored, and the etcd revision it was read at (a watch of later changes
@@ -182,9 +203,40 @@ impl EtcdStore {
     ///
     /// Errors: as [`Store::load`].
     pub fn load_at(&self) -> Result<(Contents, i64), StoreError> {
+        let shared = self.shared.clone();
+        self.block(async move { shared.load_at().await })
+    }
+
+    /// Runs `fut` on the store's runtime and waits for it (every future given is bounded by
+    /// the deadlines of its calls).
+    fn block<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        run_on(&self.handle(), fut).map_err(StoreError::Io)?
+    }
+
+    /// The store's runtime, for the tasks of [`NodeLease`] and [`PrefixWatch`].
+    pub(crate) fn handle(&self) -> tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("runtime lives until drop")
+            .handle()
+            .clone()
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+}
+
+impl Shared {
+    /// Everything stored and the revision it was read at: every page at the first page's
+    /// revision, restarted at most [`LOAD_ATTEMPTS`] times when etcd compacted it meanwhile.
+    pub(crate) async fn load_at(&self) -> Result<(Contents, i64), StoreError> {
         let mut last = None;
         for _ in 0..LOAD_ATTEMPTS {
-            match self.load_once() {
+            match self.load_once().await {
                 Err(StoreError::Io(m)) if m.contains("compacted") => last = Some(m),
                 other => return other,
             }
@@ -195,7 +247,7 @@ impl EtcdStore {
         )))
     }
 
-    fn load_once(&self) -> Result<(Contents, i64), StoreError> {
+    async fn load_once(&self) -> Result<(Contents, i64), StoreError> {
         let mut revision = 0;
         let mut batch = Vec::new();
         for space in Space::ALL {
@@ -210,15 +262,17 @@ impl EtcdStore {
                     options = options.with_revision(revision);
                 }
                 let key = from.clone();
-                let page = self.call(self.config.request_timeout, move |mut c| {
-                    let (key, options) = (key.clone(), options.clone());
-                    async move { c.get(key, Some(options)).await }
-                })?;
+                let page = self
+                    .call(self.config.request_timeout, move |mut c| {
+                        let (key, options) = (key.clone(), options.clone());
+                        async move { c.get(key, Some(options)).await }
+                    })
+                    .await?;
                 if revision == 0 {
                     revision = page.header().map_or(0, |h| h.revision());
                 }
                 for kv in page.kvs() {
-                    batch.push(self.decode(space, kv.key(), kv.value())?);
+                    batch.push(self.decode(space, kv.key(), Some(kv.value()))?);
                 }
                 match page.kvs().last() {
                     Some(last) if page.more() => {
@@ -234,8 +288,14 @@ impl EtcdStore {
         Ok((contents, revision))
     }
 
-    /// One stored key and value as the write that would have made it.
-    fn decode(&self, space: Space, key: &[u8], value: &[u8]) -> Result<Write, StoreError> {
+    /// One stored key and value as the write that would have made it; `value` `None` is a
+    /// deletion (of a watch event).
+    pub(crate) fn decode(
+        &self,
+        space: Space,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<Write, StoreError> {
         let table = match space {
             Space::Instances => "etcd instances",
             Space::Services => "etcd services",
@@ -249,6 +309,9 @@ impl EtcdStore {
         Ok(match space {
             Space::Instances => {
                 let (service, ikey) = self.layout.parse_instance(space, key).ok_or_else(unknown)?;
+                let Some(value) = value else {
+                    return Ok(Write::DeleteInstance(service, ikey));
+                };
                 let stored: StoredInstance = serde_json::from_slice(value).map_err(json)?;
                 if stored.instance.key != ikey {
                     return Err(corrupt(format!(
@@ -261,11 +324,17 @@ impl EtcdStore {
             }
             Space::Services => {
                 let service = self.layout.parse_service(key).ok_or_else(unknown)?;
+                let Some(value) = value else {
+                    return Ok(Write::DeleteService(service));
+                };
                 let settings: ServiceSettings = serde_json::from_slice(value).map_err(json)?;
                 Write::PutService(service, settings)
             }
             Space::Offline => {
                 let (service, ikey) = self.layout.parse_instance(space, key).ok_or_else(unknown)?;
+                let Some(value) = value else {
+                    return Ok(Write::DeleteOfflineMark(service, ikey));
+                };
                 let mark: OfflineMark = serde_json::from_slice(value).map_err(json)?;
                 Write::PutOfflineMark(service, ikey, mark)
             }
@@ -274,64 +343,65 @@ impl EtcdStore {
 
     /// The key and new value (`None`: delete) of one write.
     fn encode(&self, write: &Write) -> (String, Option<String>) {
+        let layout = &self.layout;
         match write {
             Write::PutInstance(s, i) => (
-                self.layout.instance(Space::Instances, s, &i.instance.key),
+                layout.instance(Space::Instances, s, &i.instance.key),
                 json(i),
             ),
-            Write::DeleteInstance(s, k) => (self.layout.instance(Space::Instances, s, k), None),
-            Write::PutService(s, v) => (self.layout.service(s), json(v)),
-            Write::DeleteService(s) => (self.layout.service(s), None),
-            Write::PutOfflineMark(s, k, m) => (self.layout.instance(Space::Offline, s, k), json(m)),
-            Write::DeleteOfflineMark(s, k) => (self.layout.instance(Space::Offline, s, k), None),
+            Write::DeleteInstance(s, k) => (layout.instance(Space::Instances, s, k), None),
+            Write::PutService(s, v) => (layout.service(s), json(v)),
+            Write::DeleteService(s) => (layout.service(s), None),
+            Write::PutOfflineMark(s, k, m) => (layout.instance(Space::Offline, s, k), json(m)),
+            Write::DeleteOfflineMark(s, k) => (layout.instance(Space::Offline, s, k), None),
         }
     }
 
-    /// Runs `op` on the store's runtime until it succeeds, fails for good, or `deadline`
-    /// passes; retries unavailable members and leader elections with backoff. Each attempt
-    /// goes to the member that answered last; one whose attempt failed hands over to the next
-    /// endpoint (so a dead or frozen member costs one attempt, not one per call).
-    fn call<T, F, Fut>(&self, deadline: Duration, op: F) -> Result<T, StoreError>
+    /// The client of the endpoint calls go to first.
+    pub(crate) fn client(&self) -> (usize, Client) {
+        let at = self.preferred.load(Ordering::Relaxed) % self.clients.len();
+        (at, self.clients[at].clone())
+    }
+
+    /// Moves calls on from endpoint `at` to the next, unless another call did already.
+    pub(crate) fn failed(&self, at: usize) {
+        let next = (at + 1) % self.clients.len();
+        let _ = self
+            .preferred
+            .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or `deadline` passes; retries unavailable
+    /// members and leader elections with backoff. Each attempt goes to the member that
+    /// answered last; one whose attempt failed hands over to the next endpoint (so a dead or
+    /// frozen member costs one attempt, not one per call).
+    pub(crate) async fn call<T, F, Fut>(&self, deadline: Duration, op: F) -> Result<T, StoreError>
     where
-        T: Send + 'static,
-        F: Fn(Client) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, etcd_client::Error>> + Send,
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let clients = self.clients.clone();
-        let preferred = self.preferred.clone();
-        let runtime = self.runtime.as_ref().expect("runtime lives until drop");
         let end = Instant::now() + deadline;
-        let outcome = run_on(runtime, deadline, async move {
-            let mut pause = RETRY_FIRST;
-            loop {
-                let at = preferred.load(Ordering::Relaxed) % clients.len();
-                let attempt = match op(clients[at].clone()).await {
-                    Ok(v) => return Ok(v),
-                    Err(e) => classify(e),
-                };
-                if matches!(attempt, Attempt::Retry(_)) {
-                    // Only if no other call moved on meanwhile.
-                    let next = (at + 1) % clients.len();
-                    let _ =
-                        preferred.compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed);
-                }
-                match attempt {
-                    Attempt::Fail(e) => return Err(e),
-                    Attempt::Retry(m) if Instant::now() + pause >= end => {
+        let mut pause = RETRY_FIRST;
+        loop {
+            let (at, client) = self.client();
+            let attempt = match tokio::time::timeout_at(end, op(client)).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => classify(e),
+                Err(_) => Attempt::Retry(format!("no answer within {deadline:?}")),
+            };
+            match attempt {
+                Attempt::Fail(e) => return Err(e),
+                Attempt::Retry(m) => {
+                    self.failed(at);
+                    if Instant::now() + pause >= end {
                         return Err(StoreError::Io(format!(
                             "etcd did not answer within {deadline:?}: {m}"
                         )));
                     }
-                    Attempt::Retry(_) => {
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(RETRY_MAX);
-                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_MAX);
                 }
             }
-        });
-        match outcome {
-            Ok(result) => result,
-            Err(m) => Err(StoreError::Io(m)),
         }
     }
 }
@@ -344,14 +414,15 @@ impl Store for EtcdStore {
     fn apply(&self, batch: &[Write]) -> Result<(), StoreError> {
         // Last write per key wins, as applying them in order would leave it.
         let final_values: BTreeMap<String, Option<String>> =
-            batch.iter().map(|w| self.encode(w)).collect();
+            batch.iter().map(|w| self.shared.encode(w)).collect();
         if final_values.is_empty() {
             return Ok(());
         }
-        if final_values.len() > self.config.max_txn_ops {
+        let max = self.shared.config.max_txn_ops;
+        if final_values.len() > max {
             return Err(StoreError::TooLarge {
                 writes: final_values.len(),
-                max: self.config.max_txn_ops,
+                max,
             });
         }
         let ops: Vec<TxnOp> = final_values
@@ -362,38 +433,38 @@ impl Store for EtcdStore {
             })
             .collect();
         let txn = Txn::new().and_then(ops);
-        self.call(self.config.request_timeout, move |mut c| {
-            let txn = txn.clone();
-            async move { c.txn(txn).await.map(|_| ()) }
+        let shared = self.shared.clone();
+        self.block(async move {
+            shared
+                .call(shared.config.request_timeout, move |mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await.map(|_| ()) }
+                })
+                .await
         })
     }
 
     fn max_batch(&self) -> Option<usize> {
-        Some(self.config.max_txn_ops)
+        Some(self.shared.config.max_txn_ops)
     }
 }
 
-/// Runs `fut` on `runtime` from a blocking thread and waits for it, at most `deadline` (plus
-/// nothing: the future is dropped at the deadline).
-fn run_on<T: Send + 'static>(
-    runtime: &tokio::runtime::Runtime,
-    deadline: Duration,
+/// Runs `fut` on `runtime` from a blocking thread and waits for it.
+pub(crate) fn run_on<T: Send + 'static>(
+    runtime: &tokio::runtime::Handle,
     fut: impl Future<Output = T> + Send + 'static,
 ) -> Result<T, String> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     runtime.spawn(async move {
-        let _ = tx.send(tokio::time::timeout(deadline, fut).await);
+        let _ = tx.send(fut.await);
     });
-    match rx.recv() {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(_)) => Err(format!("no answer within {deadline:?}")),
-        Err(_) => Err("the etcd client runtime stopped".into()),
-    }
+    rx.recv()
+        .map_err(|_| "the etcd client runtime stopped".to_owned())
 }
 
 /// Transport failures, unavailable members, missing leaders and timeouts are retried; the
 /// rest (a refused request, a compacted revision) fail at once.
-fn classify(e: etcd_client::Error) -> Attempt {
+pub(crate) fn classify(e: etcd_client::Error) -> Attempt {
     use etcd_client::Error as E;
     use tonic::Code;
     match e {
@@ -412,7 +483,7 @@ fn classify(e: etcd_client::Error) -> Attempt {
 
 /// The smallest key greater than every key starting with `prefix` (etcd's range end of a
 /// prefix).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {

@@ -294,3 +294,260 @@ fn a_frozen_member_costs_one_attempt_then_calls_stay_on_another() {
 }
 
 use config::DEFAULT_REQUEST_TIMEOUT;
+
+/// The next event of `watch`, within 20 s.
+fn next_event(rt: &tokio::runtime::Runtime, watch: &mut PrefixWatch) -> WatchEvent {
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), watch.next())
+            .await
+            .expect("an event within 20 s")
+            .expect("the watch runs")
+            .expect("a decodable event")
+    })
+}
+
+fn put(n: u16) -> Write {
+    Write::PutInstance(ServiceKey::named("orders"), sample(n))
+}
+
+#[test]
+fn the_watch_delivers_typed_changes_per_revision_from_the_load_revision() {
+    let cluster = EtcdCluster::start(1).expect("etcd");
+    let store = EtcdStore::connect(config(cluster.endpoints(), "/gangway")).expect("connect");
+    store.apply(&[put(1)]).expect("before the load");
+    let (loaded, revision) = store.load_at().expect("load");
+    let mut watch = store.watch(revision + 1);
+    let svc = ServiceKey::named("orders");
+    let mark = gangway_core::model::OfflineMark { since_ms: 7 };
+    let batches = vec![
+        vec![put(2), Write::PutService(svc.clone(), Default::default())],
+        vec![Write::PutOfflineMark(
+            svc.clone(),
+            sample(2).instance.key,
+            mark,
+        )],
+        vec![Write::DeleteInstance(svc.clone(), sample(1).instance.key)],
+    ];
+    for batch in &batches {
+        store.apply(batch).expect("apply");
+    }
+    // A key of another space under the prefix is skipped, and one outside it is not seen.
+    let (rt, mut client) = raw(&cluster.endpoint(0));
+    rt.block_on(client.put("/gangway/v1/nodes/n1", "{}", None))
+        .expect("put");
+    rt.block_on(client.put("/other/v1/services/a/b/c", "{}", None))
+        .expect("put");
+    store.apply(&[put(3)]).expect("apply");
+
+    let mut state = loaded;
+    let mut revisions = Vec::new();
+    let mut seen = Vec::new();
+    while seen.len() < 5 {
+        let WatchEvent::Changes { revision, changes } = next_event(&rt, &mut watch) else {
+            panic!("no re-list without a compaction")
+        };
+        revisions.push(revision);
+        state.apply(&changes);
+        seen.push(changes);
+    }
+    assert_eq!(seen[..3], batches[..], "each batch is one revision, typed");
+    assert_eq!(seen[3], Vec::<Write>::new(), "the nodes key: another space");
+    assert_eq!(seen[4], vec![put(3)]);
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]), "{revisions:?}");
+    assert_eq!(revisions[0], revision + 1);
+    assert_eq!(state, store.load().expect("load"), "load + changes = load");
+    assert_eq!((watch.resumes(), watch.relists()), (0, 0));
+}
+
+#[test]
+fn the_watch_resumes_after_a_member_restart_with_nothing_lost_or_repeated() {
+    let mut cluster = EtcdCluster::start(1).expect("etcd");
+    let store = EtcdStore::connect(config(cluster.endpoints(), "/gangway")).expect("connect");
+    let (_, revision) = store.load_at().expect("load");
+    let mut watch = store.watch(revision + 1);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut got = Vec::new();
+    for n in 0..5 {
+        store.apply(&[put(n)]).expect("before the restart");
+    }
+    while got.len() < 5 {
+        if let WatchEvent::Changes { changes, .. } = next_event(&rt, &mut watch) {
+            got.extend(changes);
+        }
+    }
+    let restarted = Instant::now();
+    cluster.kill9(0);
+    cluster.restart(0).expect("restart");
+    println!("etcd member restarted in {:?}", restarted.elapsed());
+    for n in 5..10 {
+        store.apply(&[put(n)]).expect("after the restart");
+    }
+    while got.len() < 10 {
+        if let WatchEvent::Changes { changes, .. } = next_event(&rt, &mut watch) {
+            got.extend(changes);
+        }
+    }
+    let expected: Vec<Write> = (0..10).map(put).collect();
+    assert_eq!(got, expected, "every change once, in order");
+    println!(
+        "watch across a member restart: {} resumes, {} re-lists",
+        watch.resumes(),
+        watch.relists()
+    );
+    assert!(watch.resumes() >= 1);
+    assert_eq!(watch.relists(), 0);
+    // Nothing more is pending: no change was delivered twice.
+    let extra =
+        rt.block_on(async { tokio::time::timeout(Duration::from_millis(300), watch.next()).await });
+    assert!(extra.is_err(), "{extra:?}");
+}
+
+#[test]
+fn a_watch_behind_a_compaction_relists_then_follows() {
+    let cluster = EtcdCluster::start(3).expect("etcd");
+    // The watch's member is the first endpoint; the writer talks to the two others.
+    let store = EtcdStore::connect(config(cluster.endpoints(), "/gangway")).expect("connect");
+    let writer =
+        EtcdStore::connect(config(cluster.endpoints()[1..].to_vec(), "/gangway")).expect("writer");
+    let (_, revision) = store.load_at().expect("load");
+    let mut watch = store.watch(revision + 1);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    writer.apply(&[put(1)]).expect("apply");
+    assert!(matches!(
+        next_event(&rt, &mut watch),
+        WatchEvent::Changes { .. }
+    ));
+
+    // The watch's member freezes; meanwhile changes land and etcd compacts them away.
+    cluster.freeze(0);
+    let frozen = Instant::now();
+    for n in 2..12 {
+        writer.apply(&[put(n)]).expect("apply");
+    }
+    writer
+        .apply(&[Write::DeleteInstance(
+            ServiceKey::named("orders"),
+            sample(2).instance.key,
+        )])
+        .expect("apply");
+    let mut client = rt
+        .block_on(Client::connect([cluster.endpoint(1)], None))
+        .expect("connect");
+    let (current, _) = writer.load_at().expect("load");
+    let now = rt
+        .block_on(client.get("/gangway/v1/", Some(GetOptions::new().with_count_only())))
+        .expect("revision")
+        .header()
+        .expect("header")
+        .revision();
+    rt.block_on(client.compact(now, None)).expect("compact");
+
+    // The broken stream is noticed (gRPC keepalive), the resume point is compacted: re-list.
+    let event = next_event(&rt, &mut watch);
+    let took = frozen.elapsed();
+    cluster.thaw(0);
+    let WatchEvent::Relisted { revision, contents } = event else {
+        panic!("expected a re-list, got {event:?}")
+    };
+    println!("re-listed at revision {revision} {took:?} after the member froze");
+    assert!(revision >= now, "{revision} < {now}");
+    assert_eq!(contents, current);
+    assert_eq!(watch.relists(), 1);
+    // And changes follow from the listing's revision.
+    writer.apply(&[put(50)]).expect("apply");
+    match next_event(&rt, &mut watch) {
+        WatchEvent::Changes {
+            revision: r,
+            changes,
+        } => {
+            assert_eq!(changes, vec![put(50)]);
+            assert!(r > revision);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_node_lease_is_kept_alive_past_its_ttl_and_lost_when_etcd_is_gone() {
+    let mut cluster = EtcdCluster::start(1).expect("etcd");
+    let store = EtcdStore::connect(config(cluster.endpoints(), "/gangway")).expect("connect");
+    let ttl = Duration::from_secs(2);
+    let lease = store.grant_node_lease(ttl).expect("grant");
+    assert!(lease.id() > 0);
+    // A key bound to the lease outlives three TTLs while the lease is kept alive.
+    let (rt, mut client) = raw(&cluster.endpoint(0));
+    let key = "/gangway/v1/nodes/n1";
+    let options = etcd_client::PutOptions::new().with_lease(lease.id());
+    rt.block_on(client.put(key, "{}", Some(options)))
+        .expect("put");
+    let started = Instant::now();
+    let mut renewals = 0;
+    while started.elapsed() < 3 * ttl {
+        match lease.state() {
+            LeaseState::Alive { renewals: r, .. } => renewals = r,
+            lost => panic!("{lost:?}"),
+        }
+        let found = rt.block_on(client.get(key, None)).expect("get").count();
+        assert_eq!(found, 1, "the key outlives its lease's ttl");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "node lease {:x}: {renewals} renewals in {:?}",
+        lease.id(),
+        3 * ttl
+    );
+    assert!(renewals >= 5, "renewed every ttl/3: {renewals}");
+
+    // etcd gone: lost within the TTL after the last renewal, and it stays lost.
+    let mut changes = lease.subscribe();
+    cluster.kill9(0);
+    let killed = Instant::now();
+    rt.block_on(async {
+        tokio::time::timeout(
+            2 * ttl,
+            changes.wait_for(|s| matches!(s, LeaseState::Lost { .. })),
+        )
+        .await
+        .expect("lost within the ttl")
+        .expect("state")
+        .clone()
+    });
+    let took = killed.elapsed();
+    println!(
+        "lease lost {took:?} after etcd was killed: {:?}",
+        lease.state()
+    );
+    assert!(took <= ttl + Duration::from_millis(500), "{took:?}");
+    cluster.restart(0).expect("restart");
+    assert!(matches!(lease.state(), LeaseState::Lost { .. }));
+
+    // A new lease, revoked: its key goes at once.
+    let lease = store.grant_node_lease(ttl).expect("grant");
+    let (rt, mut client) = raw(&cluster.endpoint(0));
+    let options = etcd_client::PutOptions::new().with_lease(lease.id());
+    rt.block_on(client.put(key, "{}", Some(options)))
+        .expect("put");
+    lease.revoke().expect("revoke");
+    assert_eq!(rt.block_on(client.get(key, None)).expect("get").count(), 0);
+
+    for bad in [
+        Duration::from_secs(1),
+        Duration::from_millis(2500),
+        Duration::from_secs(61),
+    ] {
+        let e = store
+            .grant_node_lease(bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("node lease ttl must be whole seconds, 2s-60s"),
+            "{e}"
+        );
+    }
+}

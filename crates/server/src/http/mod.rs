@@ -224,6 +224,12 @@ async fn health(State(s): State<AppState>) -> Response {
         }
         .to_owned(),
         tls: tls_mode(&s.registry.config().security).to_owned(),
+        node_lease: s
+            .registry
+            .config()
+            .node_lease
+            .as_ref()
+            .map(|lease| lease.borrow().clone()),
     });
     if loading {
         (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()

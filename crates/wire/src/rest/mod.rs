@@ -35,6 +35,26 @@ pub struct Health {
     /// client certificate (`--tls-client-ca`); empty from older registries.
     #[serde(default)]
     pub tls: String,
+    /// With `--store etcd`: this node's etcd lease (docs/cluster.md); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_lease: Option<NodeLease>,
+}
+
+/// A node's etcd lease, as `/v1/health` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeLease {
+    /// The etcd lease id, 16 hex digits (as `etcdctl lease list` shows it).
+    pub id: String,
+    /// `alive` (renewed every TTL/3) or `lost` (expired, or not renewed within its TTL).
+    pub state: String,
+    /// TTL granted, seconds.
+    pub ttl_s: i64,
+    /// Renewals answered since the grant (the grant counts as one).
+    #[serde(default)]
+    pub renewals: u64,
+    /// Why it was lost; absent while alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One service: `GET /v1/services/{service}`, each entry of [`ServiceList`], the answer of

@@ -762,8 +762,12 @@ mod tests {
             .unwrap();
         assert_eq!(choice, super::StoreChoice::Redb("/tmp/x".into()));
         assert_eq!(choice.describe(), "data-dir=/tmp/x");
-        for flag in ["--etcd-endpoints", "--etcd-prefix", "--etcd-lease-ttl"] {
-            let e = parse(&[flag, "x"])
+        for (flag, value) in [
+            ("--etcd-endpoints", "http://127.0.0.1:2379"),
+            ("--etcd-prefix", "/x"),
+            ("--etcd-lease-ttl", "5s"),
+        ] {
+            let e = parse(&[flag, value])
                 .unwrap()
                 .store_choice()
                 .unwrap_err()

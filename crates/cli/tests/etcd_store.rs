@@ -66,15 +66,7 @@ async fn persistent_instances_written_through_one_node_are_loaded_by_the_next_af
                 "probe": { "kind": "tcp", "interval_ms": 3_600_000 },
             });
             let (http, url) = (http.clone(), url.clone());
-            async move {
-                http.post(url)
-                    .json(&body)
-                    .send()
-                    .await
-                    .expect("POST")
-                    .status()
-                    .as_u16()
-            }
+            async move { cluster::post_status(&http, &url, &body).await }
         })
         // More writers than one etcd transaction takes (128): the group commit splits.
         .buffer_unordered(200)

@@ -39,15 +39,7 @@ async fn a_thousand_persistent_instances_survive_kill_9() {
                 "probe": { "kind": "tcp", "interval_ms": 3_600_000 },
             });
             let (http, url) = (http.clone(), url.clone());
-            async move {
-                http.post(url)
-                    .json(&body)
-                    .send()
-                    .await
-                    .expect("POST")
-                    .status()
-                    .as_u16()
-            }
+            async move { cluster::post_status(&http, &url, &body).await }
         })
         .buffer_unordered(16)
         .collect()

@@ -20,12 +20,17 @@ fn config(endpoints: Vec<String>, prefix: &str) -> EtcdConfig {
     }
 }
 
-/// A plain etcd client for looking behind the store, with the runtime it runs on.
-fn raw(endpoint: &str) -> (tokio::runtime::Runtime, Client) {
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// A runtime for the test's own etcd calls.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("runtime");
+        .expect("runtime")
+}
+
+/// A plain etcd client for looking behind the store, with the runtime it runs on.
+fn raw(endpoint: &str) -> (tokio::runtime::Runtime, Client) {
+    let rt = runtime();
     let client = rt
         .block_on(Client::connect([endpoint], None))
         .expect("connect");
@@ -150,10 +155,7 @@ fn an_etcd_that_does_not_answer_fails_connect_within_its_timeout() {
 
 /// The member that leads the Raft group, found by asking each for its status.
 fn leader(cluster: &EtcdCluster) -> usize {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -365,10 +367,7 @@ fn the_watch_resumes_after_a_member_restart_with_nothing_lost_or_repeated() {
     let store = EtcdStore::connect(config(cluster.endpoints(), "/gangway")).expect("connect");
     let (_, revision) = store.load_at().expect("load");
     let mut watch = store.watch(revision + 1);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let mut got = Vec::new();
     for n in 0..5 {
         store.apply(&[put(n)]).expect("before the restart");
@@ -414,10 +413,7 @@ fn a_watch_behind_a_compaction_relists_then_follows() {
         EtcdStore::connect(config(cluster.endpoints()[1..].to_vec(), "/gangway")).expect("writer");
     let (_, revision) = store.load_at().expect("load");
     let mut watch = store.watch(revision + 1);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     writer.apply(&[put(1)]).expect("apply");
     assert!(matches!(
         next_event(&rt, &mut watch),

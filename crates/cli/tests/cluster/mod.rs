@@ -312,6 +312,17 @@ pub fn gangway_auth(file: &Path, args: &[&str], stdin: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// POSTs `body` as JSON to `url`; returns the status.
+pub async fn post_status(http: &reqwest::Client, url: &str, body: &Value) -> u16 {
+    http.post(url)
+        .json(body)
+        .send()
+        .await
+        .expect("POST")
+        .status()
+        .as_u16()
+}
+
 /// Polling with a deadline (not every test file polls).
 #[allow(unused_imports)]
 pub use gangway_testkit::poll;

@@ -358,8 +358,23 @@ impl Subscribe for NacosGrpc {
             let on_update = on_update.clone();
             Arc::new(move |info: &Value| on_update(i, Update::Ports(&mut host_ports(info))))
         };
-        let conns = connections(server, n, |i| Some(handler(i))).await?;
-        load::for_each(n, 128, "subscribe", |i| conns[i].subscribe_retrying(svc)).await?;
+        let addr = server.grpc;
+        let handler = &handler;
+        // A subscription that keeps failing on its connection (rnacos unregisters connections
+        // under this load) gets a new connection, as an SDK would, for up to 3 x 10 s.
+        let conns = load::for_each(n, 128, &format!("{n} nacos subscribers"), |i| async move {
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let conn = NacosConn::connect(addr, Some(handler(i))).await?;
+                match conn.subscribe_retrying(svc).await {
+                    Ok(_) => return Ok(conn),
+                    Err(e) if tries >= 3 => return Err(e),
+                    Err(_) => continue,
+                }
+            }
+        })
+        .await?;
         let reconnects = Arc::new(AtomicU64::new(0));
         let each = conns
             .into_iter()

@@ -223,3 +223,29 @@ fn a_check_in_reused_memory_answers_as_the_plain_check() {
     ));
     assert_eq!(memory.len(), 8, "resized to the hash's m");
 }
+
+/// A user named `token` would poll as `token:` + `<id>:NAME`, the poller name of API token
+/// `<id>`'s `NAME`, and ack its drains: the name is refused when added and when loaded.
+#[test]
+fn the_user_name_token_is_refused_when_added_and_when_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    let mut f = AuthFile::load_or_default(&path).unwrap();
+    let e = f
+        .add_user("token", "pw-of-token", vec![grant("*", Role::Read)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"token\"") && e.contains("reserved"), "{e}");
+    assert!(f.users.is_empty());
+    f.add_user("alice", "pw-of-alice", vec![]).unwrap();
+    f.save(&path).unwrap();
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("name = \"alice\"", "name = \"token\"");
+    std::fs::write(&path, text).unwrap();
+    let e = AuthFile::load(&path).unwrap_err().to_string();
+    assert!(e.contains("reserved") && !e.contains('\n'), "{e}");
+    std::fs::write(&path, "[[users]]\nname = \"a:b\"\npassword_hash = \"x\"\n").unwrap();
+    let e = AuthFile::load(&path).unwrap_err().to_string();
+    assert!(e.contains("invalid user name \"a:b\""), "{e}");
+}

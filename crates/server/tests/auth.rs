@@ -362,9 +362,8 @@ async fn without_auth() -> (gangway_server::RunningServer, reqwest::Client, Stri
     (server, reqwest::Client::new(), base)
 }
 
-#[tokio::test]
-async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
-    let (_server, http, base) = without_auth().await;
+/// Registers 10.0.0.1:1 in `orders` over REST without credentials (auth off).
+async fn register_orders(http: &reqwest::Client, base: &str) {
     let r = http
         .post(format!("{base}/v1/services/orders/instances"))
         .json(&json!({"ip": "10.0.0.1", "port": 1}))
@@ -372,6 +371,12 @@ async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
+    let (_server, http, base) = without_auth().await;
+    register_orders(&http, &base).await;
     for (ct, body) in [
         ("text/plain", "{\"force\": true}"),
         ("application/x-www-form-urlencoded", "force=true"),
@@ -1050,13 +1055,7 @@ async fn without_auth_a_request_without_a_host_header_is_answered() {
 #[tokio::test]
 async fn a_request_a_browser_marks_cross_site_is_refused_and_makes_no_poller() {
     let (_server, http, base) = without_auth().await;
-    let r = http
-        .post(format!("{base}/v1/services/orders/instances"))
-        .json(&json!({"ip": "10.0.0.1", "port": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
+    register_orders(&http, &base).await;
     let subscribers = || async {
         let v: Value = http
             .get(format!("{base}/v1/services/orders/subscribers"))

@@ -636,6 +636,26 @@ async fn subscribe_orders(
     (tx, inbound, first)
 }
 
+/// A server that re-sends unanswered pushes after `resend` and spaces pushes by nothing, with a
+/// connection subscribed to `orders` ([`subscribe_orders`]).
+async fn subscribed_with_resend(
+    resend: Duration,
+) -> (
+    Grpc,
+    mpsc::Sender<pb::Payload>,
+    tonic::Streaming<pb::Payload>,
+    Value,
+) {
+    let config = Config {
+        resend_interval: resend,
+        full_push_interval: Duration::ZERO,
+        ..Config::for_tests()
+    };
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (tx, inbound, first) = subscribe_orders(&g).await;
+    (g, tx, inbound, first)
+}
+
 /// Registers the lease instance 10.0.1.`i`:80 in `orders`.
 async fn register_lease(registry: &Registry, i: u8) {
     {
@@ -659,14 +679,8 @@ async fn register_lease(registry: &Registry, i: u8) {
 
 #[tokio::test]
 async fn grpc_pushes_wait_for_the_previous_answer_and_coalesce_meanwhile() {
-    let config = Config {
-        // Long enough that only an answer lets the next push go.
-        resend_interval: Duration::from_secs(60),
-        full_push_interval: Duration::ZERO,
-        ..Config::for_tests()
-    };
-    let g = grpc_with(Nacos::new(registry_with(config))).await;
-    let (tx, mut inbound, first) = subscribe_orders(&g).await;
+    // Long enough that only an answer lets the next push go.
+    let (g, tx, mut inbound, first) = subscribed_with_resend(Duration::from_secs(60)).await;
     // Three changes while the first push is unanswered, each followed by a request's round
     // trip (time for a push to go out): none is pushed yet.
     for i in 0..3u8 {
@@ -706,13 +720,7 @@ async fn grpc_pushes_wait_for_the_previous_answer_and_coalesce_meanwhile() {
 
 #[tokio::test]
 async fn grpc_an_unanswered_push_holds_the_next_for_the_resend_interval_only() {
-    let config = Config {
-        resend_interval: Duration::from_millis(200),
-        full_push_interval: Duration::ZERO,
-        ..Config::for_tests()
-    };
-    let g = grpc_with(Nacos::new(registry_with(config))).await;
-    let (_tx, mut inbound, _first) = subscribe_orders(&g).await;
+    let (g, _tx, mut inbound, _first) = subscribed_with_resend(Duration::from_millis(200)).await;
     register_lease(&g.registry, 0).await;
     // Never answered: the latest still goes out after the resend interval.
     let next = tokio::time::timeout(Duration::from_secs(10), async {

@@ -392,7 +392,7 @@ impl Authority {
     /// watch, a native gRPC session, the console's events) ends with it, so a token or user
     /// removed, given other grants, or given a new password at a SIGHUP loses its open streams
     /// too. Cancel-safe (it holds nothing but a `watch` receiver).
-    pub fn revoked(&self, caller: &Caller) -> impl Future<Output = ()> + Send + 'static {
+    pub fn revoked(&self, caller: &Caller) -> impl Future<Output = ()> + Send + use<> {
         let principal = match caller {
             Caller::Principal(p) => Some(Arc::clone(p)),
             _ => None,

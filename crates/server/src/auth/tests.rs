@@ -324,8 +324,9 @@ async fn is_current_and_revoked_follow_the_file_at_a_reload() {
     };
     assert_eq!(current(&callers), [true; 6]);
     let mut revoked: Vec<_> = callers.iter().map(|c| Box::pin(auth.revoked(c))).collect();
-    let pending =
-        |r: &mut std::pin::Pin<Box<_>>| futures::FutureExt::now_or_never(r.as_mut()).is_none();
+    fn pending<F: Future + Unpin>(r: &mut F) -> bool {
+        futures::FutureExt::now_or_never(r).is_none()
+    }
     assert!(revoked.iter_mut().all(pending), "nothing revoked yet");
 
     f.remove_token(gone.split('_').nth(1).unwrap()).unwrap();

@@ -1067,7 +1067,12 @@ async fn a_request_a_browser_marks_cross_site_is_refused_and_makes_no_poller() {
             .unwrap();
         v["subscribers"].as_array().unwrap().len()
     };
-    for site in ["cross-site", "same-site"] {
+    for site in [
+        "cross-site",
+        "same-site",
+        "CROSS-SITE",
+        "cross-site, same-origin",
+    ] {
         for url in [
             format!("{base}/v1/services/orders/instances?subscriber=web1"),
             format!(

@@ -364,6 +364,21 @@ impl Authority {
         Some(self.shared.as_ref()?.generation.subscribe())
     }
 
+    /// Whether the principal named `name` (`token:<id>`, or a user name: user names never
+    /// hold a ':' and `token` is reserved, so the two cannot be confused) still has a
+    /// credential in the file; false once its token or user was removed. Always true with
+    /// authentication off.
+    pub fn knows(&self, name: &str) -> bool {
+        let Some(s) = &self.shared else {
+            return true;
+        };
+        let db = Self::db(s);
+        match name.strip_prefix("token:") {
+            Some(id) => db.tokens.contains_key(id),
+            None => db.users.contains_key(name),
+        }
+    }
+
     /// Whether the credential that made `principal` is still in the file with the same
     /// grants: the API token with the same id and secret, or the user with the same password
     /// ([`CredentialStamp`]). Always true when authentication is off.

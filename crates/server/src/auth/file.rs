@@ -112,11 +112,19 @@ impl AuthFile {
             path: path.to_owned(),
             message: parse_message(&text, &e),
         })?;
+        let mut seen = std::collections::HashSet::new();
         for user in &file.users {
-            check_user_name(&user.name).map_err(|message| AuthFileError::Parse {
+            let refused = |message| AuthFileError::Parse {
                 path: path.to_owned(),
                 message,
-            })?;
+            };
+            check_user_name(&user.name).map_err(refused)?;
+            if !seen.insert(user.name.as_str()) {
+                return Err(refused(format!(
+                    "user {} is listed twice: each user once",
+                    user.name
+                )));
+            }
         }
         Ok(file)
     }

@@ -227,8 +227,18 @@ fn host_is_local(host: &str) -> bool {
 /// clients that are not browsers send no such header. Browsers without Fetch Metadata send
 /// none either: what they can do is what [`check_browser_safe`] and the credentials allow.
 fn check_not_cross_site(request: &Request) -> Result<(), ApiError> {
-    let site = request.headers().get("sec-fetch-site");
-    if site.is_some_and(|v| v.as_bytes() == b"cross-site" || v.as_bytes() == b"same-site") {
+    // Any header value that names another site, whatever its case or list position.
+    let other_site = request
+        .headers()
+        .get_all("sec-fetch-site")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| {
+            let v = v.trim();
+            v.eq_ignore_ascii_case("cross-site") || v.eq_ignore_ascii_case("same-site")
+        });
+    if other_site {
         return Err(ApiError::Forbidden {
             rule: "browser",
             message: "a request a browser made for a page of another site (Sec-Fetch-Site) \

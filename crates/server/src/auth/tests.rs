@@ -242,6 +242,11 @@ fn the_user_name_token_is_refused_when_added_and_when_loaded() {
     std::fs::write(&path, "[[users]]\nname = \"a:b\"\npassword_hash = \"x\"\n").unwrap();
     let e = AuthFile::load(&path).unwrap_err().to_string();
     assert!(e.contains("invalid user name \"a:b\""), "{e}");
+    // A hand-edited file with one user twice (the last would win) is refused too.
+    let twice = "[[users]]\nname = \"bob\"\npassword_hash = \"x\"\n".repeat(2);
+    std::fs::write(&path, twice).unwrap();
+    let e = AuthFile::load(&path).unwrap_err().to_string();
+    assert!(e.contains("user bob is listed twice"), "{e}");
 }
 
 /// F4: a user's logins beyond [`MAX_LOGINS_PER_USER`] end only its own oldest; a full table

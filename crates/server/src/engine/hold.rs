@@ -28,6 +28,7 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 use tokio::time::Instant;
 
 use super::service::Changed;
+use super::state::State;
 use super::{Liveness, Registry};
 
 /// Why snapshots are held back; pushes flow when none is set.
@@ -268,19 +269,55 @@ impl Registry {
                 }
             }
         }
-        let mut touched: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
-        for (svc, key) in gone {
-            tracing::info!(service = %svc, instance = %key, "stall grace over: no session registered it again, removed");
-            state.remove(&svc, &key);
-            match touched.iter_mut().find(|(s, _)| s == &svc) {
-                Some((_, keys)) => keys.push(key),
-                None => touched.push((svc, vec![key])),
-            }
-        }
-        for (svc, keys) in &touched {
-            state.publish(svc, Changed::Keys(keys.clone()));
-        }
+        remove_in_one_revision(
+            &mut state,
+            gone,
+            "stall grace over: no session registered it again, removed",
+        );
         state.grace_timer = later.is_some();
         later
+    }
+
+    /// Removes at once the instances in stall grace whose owner `still_known` says has no
+    /// credential any more (its API token or user removed at a reload of the auth file): no
+    /// client can register them again, so waiting out the grace would only keep a revoked
+    /// principal's instances in every consumer's view. One revision per service; returns how
+    /// many went. Called at every reload (crate `start`).
+    pub fn end_grace_of_unknown_owners(&self, still_known: impl Fn(&str) -> bool) -> usize {
+        let mut state = self.lock();
+        let gone: Vec<(ServiceKey, InstanceKey)> = state
+            .services
+            .iter()
+            .flat_map(|(svc, s)| {
+                s.instances
+                    .values()
+                    .filter(|e| matches!(e.liveness, Liveness::Grace { .. }))
+                    .filter(|e| e.owner.as_deref().is_some_and(|o| !still_known(o)))
+                    .map(|e| (svc.clone(), e.instance.key.clone()))
+            })
+            .collect();
+        let count = gone.len();
+        remove_in_one_revision(
+            &mut state,
+            gone,
+            "stall grace ended: its owner's credential was removed at a reload",
+        );
+        count
+    }
+}
+
+/// Removes `gone` (logging `why` for each) and publishes one revision per service touched.
+fn remove_in_one_revision(state: &mut State, gone: Vec<(ServiceKey, InstanceKey)>, why: &str) {
+    let mut touched: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
+    for (svc, key) in gone {
+        tracing::info!(service = %svc, instance = %key, "{why}");
+        state.remove(&svc, &key);
+        match touched.iter_mut().find(|(s, _)| s == &svc) {
+            Some((_, keys)) => keys.push(key),
+            None => touched.push((svc, vec![key])),
+        }
+    }
+    for (svc, keys) in &touched {
+        state.publish(svc, Changed::Keys(keys.clone()));
     }
 }

@@ -241,10 +241,27 @@ impl Session {
                 peer: self.peer.clone(),
             })),
         };
+        // A reload that removes or changes the session's credential ends the session, and so
+        // takes its instances out as for any closed session.
+        let revoked = self
+            .registry
+            .config()
+            .security
+            .authority
+            .revoked(&self.caller);
+        tokio::pin!(revoked);
         if self.tx.send(welcome).await.is_ok() {
             tracing::debug!(session = %self.id, peer = %self.peer, "session open");
             loop {
                 tokio::select! {
+                    () = &mut revoked => {
+                        tracing::info!(
+                            session = %self.id,
+                            principal = self.caller.owner().unwrap_or_default(),
+                            "session ended: its credential was removed or changed at a reload"
+                        );
+                        break;
+                    }
                     msg = inbound.message() => match msg {
                         Ok(Some(msg)) => self.handle(msg).await,
                         Ok(None) => break,

@@ -97,6 +97,16 @@ pub async fn start(
     let connection_metrics = serve::ConnectionMetrics::register(&mut prometheus);
     // The ports answer their health checks while the store loads.
     let registry = Registry::start_loading(store, config.clone(), metrics);
+    // A reload that removes a token or user also ends, at once, the stall grace of the
+    // instances it owned: no client can register them again (docs/security.md).
+    if let Some(mut generations) = config.security.authority.generations() {
+        let (registry, authority) = (registry.clone(), config.security.authority.clone());
+        tokio::spawn(async move {
+            while generations.changed().await.is_ok() {
+                registry.end_grace_of_unknown_owners(|owner| authority.knows(owner));
+            }
+        });
+    }
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
 

@@ -362,9 +362,8 @@ async fn without_auth() -> (gangway_server::RunningServer, reqwest::Client, Stri
     (server, reqwest::Client::new(), base)
 }
 
-#[tokio::test]
-async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
-    let (_server, http, base) = without_auth().await;
+/// Registers 10.0.0.1:1 in `orders` over REST without credentials (auth off).
+async fn register_orders(http: &reqwest::Client, base: &str) {
     let r = http
         .post(format!("{base}/v1/services/orders/instances"))
         .json(&json!({"ip": "10.0.0.1", "port": 1}))
@@ -372,6 +371,12 @@ async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_form_or_text_post_without_a_token_is_refused_even_with_auth_off() {
+    let (_server, http, base) = without_auth().await;
+    register_orders(&http, &base).await;
     for (ct, body) in [
         ("text/plain", "{\"force\": true}"),
         ("application/x-www-form-urlencoded", "force=true"),
@@ -1042,4 +1047,64 @@ async fn without_auth_a_request_without_a_host_header_is_answered() {
     let answer = raw("GET /v1/services HTTP/1.0\r\nHost: evil.example\r\n\r\n".into()).await;
     assert!(answer.contains(" 403 Forbidden\r\n"), "{answer}");
     drop((http, base));
+}
+
+/// A page of another site could poll as `subscriber=NAME` with an `<img>` (acking a drain for
+/// that consumer) when auth is off: whatever a browser marks as cross-site or same-site is
+/// refused, with nothing made.
+#[tokio::test]
+async fn a_request_a_browser_marks_cross_site_is_refused_and_makes_no_poller() {
+    let (_server, http, base) = without_auth().await;
+    register_orders(&http, &base).await;
+    let subscribers = || async {
+        let v: Value = http
+            .get(format!("{base}/v1/services/orders/subscribers"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["subscribers"].as_array().unwrap().len()
+    };
+    for site in [
+        "cross-site",
+        "same-site",
+        "CROSS-SITE",
+        "cross-site, same-origin",
+    ] {
+        for url in [
+            format!("{base}/v1/services/orders/instances?subscriber=web1"),
+            format!(
+                "{base}/nacos/v1/ns/instance/list?serviceName=orders&clientIP=10.6.6.6&udpPort=6666"
+            ),
+        ] {
+            let r = http
+                .get(&url)
+                .header("sec-fetch-site", site)
+                .header("sec-fetch-mode", "no-cors")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::FORBIDDEN, "{site} {url}");
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(rule(&body), "browser", "{body}");
+        }
+    }
+    assert_eq!(subscribers().await, 0);
+    // The console's own requests (same-origin) and clients that are not browsers are served.
+    for site in [Some("same-origin"), Some("none"), None] {
+        let mut req = http.get(format!(
+            "{base}/v1/services/orders/instances?subscriber=web1"
+        ));
+        if let Some(site) = site {
+            req = req.header("sec-fetch-site", site);
+        }
+        assert_eq!(
+            req.send().await.unwrap().status(),
+            StatusCode::OK,
+            "{site:?}"
+        );
+    }
+    assert_eq!(subscribers().await, 1);
 }

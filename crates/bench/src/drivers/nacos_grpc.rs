@@ -215,7 +215,25 @@ impl NacosConn {
             .await?;
         Ok(v["serviceInfo"].clone())
     }
+
+    /// [`NacosConn::subscribe`], tried again every [`RECONNECT_PAUSE`] for at most
+    /// [`SUBSCRIBE_RETRY_FOR`] while it fails, as the SDKs' redo does (rnacos answers 301
+    /// "Connection is unregistered" to a subscription made just after the connection's setup).
+    pub async fn subscribe_retrying(&self, svc: &str) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + SUBSCRIBE_RETRY_FOR;
+        loop {
+            match self.subscribe(svc).await {
+                Err(_) if Instant::now() + RECONNECT_PAUSE < deadline => {
+                    tokio::time::sleep(RECONNECT_PAUSE).await;
+                }
+                answer => return answer,
+            }
+        }
+    }
 }
+
+/// How long [`NacosConn::subscribe_retrying`] tries: 10 s.
+const SUBSCRIBE_RETRY_FOR: Duration = Duration::from_secs(10);
 
 impl Drop for NacosConn {
     fn drop(&mut self) {
@@ -302,7 +320,7 @@ impl Resubscriber {
                     let Ok(next) = NacosConn::connect(addr, Some(handler.clone())).await else {
                         continue;
                     };
-                    if next.subscribe(&svc).await.is_ok() {
+                    if next.subscribe_retrying(&svc).await.is_ok() {
                         break next;
                     }
                 };
@@ -340,8 +358,23 @@ impl Subscribe for NacosGrpc {
             let on_update = on_update.clone();
             Arc::new(move |info: &Value| on_update(i, Update::Ports(&mut host_ports(info))))
         };
-        let conns = connections(server, n, |i| Some(handler(i))).await?;
-        load::for_each(n, 128, "subscribe", |i| conns[i].subscribe(svc)).await?;
+        let addr = server.grpc;
+        let handler = &handler;
+        // A subscription that keeps failing on its connection (rnacos unregisters connections
+        // under this load) gets a new connection, as an SDK would, for up to 3 x 10 s.
+        let conns = load::for_each(n, 128, &format!("{n} nacos subscribers"), |i| async move {
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let conn = NacosConn::connect(addr, Some(handler(i))).await?;
+                match conn.subscribe_retrying(svc).await {
+                    Ok(_) => return Ok(conn),
+                    Err(e) if tries >= 3 => return Err(e),
+                    Err(_) => continue,
+                }
+            }
+        })
+        .await?;
         let reconnects = Arc::new(AtomicU64::new(0));
         let each = conns
             .into_iter()

@@ -114,8 +114,10 @@ pub fn run(args: AuthArgs) -> anyhow::Result<()> {
         } => {
             let token = file.create_token(&description, grant.grants());
             file.save(&args.file)?;
-            // The only copy: the file keeps its hash.
+            // The only copy: the file keeps its hash. What it grants goes to stderr, so a
+            // script that reads the token from stdout still gets one line.
             println!("{token}");
+            eprintln!("token created ({} on {})", grant.role, grant.namespace);
         }
         AuthCommand::Token {
             command: TokenCommand::Remove { id },

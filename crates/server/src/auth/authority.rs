@@ -10,7 +10,7 @@ use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
 use super::file::{self, AuthFile, AuthFileError, TOKEN_PREFIX, TokenRecord, UserRecord};
-use super::{AuthError, Caller, Principal};
+use super::{AuthError, Caller, Credential, Principal};
 
 /// Lifetime of a login session (`accessToken` of `/nacos/v1/auth/login`): 5 hours, Nacos's
 /// default `tokenTtl`.
@@ -19,8 +19,16 @@ pub const LOGIN_TTL: Duration = Duration::from_secs(18_000);
 /// Prefix of a login session's token.
 const LOGIN_PREFIX: &str = "gws_";
 
-/// Most login sessions held at once; the oldest go first beyond it.
-const MAX_LOGINS: usize = 10_000;
+/// Most login sessions (Nacos `accessToken`s of [`Authority::login`]) held at once, all users
+/// together. When that many are live a login is refused (HTTP 429 `limit_exceeded`, limit
+/// `login-tokens`; the Nacos login answers 429 in its shape) rather than ending anyone's
+/// session: the sessions held go only by expiry ([`LOGIN_TTL`]), a reload that ends their
+/// user, and their own user's [`MAX_LOGINS_PER_USER`].
+pub const MAX_LOGINS: usize = 10_000;
+
+/// Most login sessions of one user: its login beyond that ends its own oldest session (the
+/// one closest to expiry), never another user's.
+pub const MAX_LOGINS_PER_USER: usize = 64;
 
 /// Most cached password verifications (argon2 is slow on purpose); the cache is emptied when
 /// full and on every reload.
@@ -78,6 +86,10 @@ struct Shared {
     /// argon2's working memory, one buffer per check running (so at most
     /// [`MAX_PASSWORD_CHECKS`]), reused from check to check.
     memory: Mutex<Vec<Vec<argon2::Block>>>,
+    /// Bumped by every reload that read the file ([`Authority::generations`]).
+    generation: tokio::sync::watch::Sender<u64>,
+    /// Most login sessions held at once ([`MAX_LOGINS`] but in tests).
+    max_logins: usize,
 }
 
 /// Most password checks (argon2: about 19 MiB and tens of ms each) run at once, whatever asks
@@ -174,15 +186,21 @@ impl Authority {
     /// Loads the `--auth` file. Errors: unreadable or malformed.
     pub fn load(path: &Path) -> Result<Self, AuthFileError> {
         let f = AuthFile::load(path)?;
-        Ok(Self::build(Some(path.to_owned()), f))
+        Ok(Self::build(Some(path.to_owned()), f, MAX_LOGINS))
     }
 
     /// From a file's contents (tests, embedding); [`Authority::reload`] then keeps them.
     pub fn from_file(f: AuthFile) -> Self {
-        Self::build(None, f)
+        Self::build(None, f, MAX_LOGINS)
     }
 
-    fn build(path: Option<PathBuf>, f: AuthFile) -> Self {
+    /// As [`Authority::from_file`], holding at most `max_logins` login sessions instead of
+    /// [`MAX_LOGINS`] (tests of that cap; a `max_logins` of 0 refuses every login).
+    pub fn from_file_with_max_logins(f: AuthFile, max_logins: usize) -> Self {
+        Self::build(None, f, max_logins)
+    }
+
+    fn build(path: Option<PathBuf>, f: AuthFile, max_logins: usize) -> Self {
         Self {
             shared: Some(Arc::new(Shared {
                 path,
@@ -195,6 +213,8 @@ impl Authority {
                 waiting: AtomicUsize::new(0),
                 refused: AtomicU64::new(0),
                 memory: Mutex::new(Vec::new()),
+                generation: tokio::sync::watch::Sender::new(0),
+                max_logins,
             })),
         }
     }
@@ -219,7 +239,8 @@ impl Authority {
     }
 
     /// Reads the file again (SIGHUP). Removed users and tokens stop working at once, login
-    /// sessions of removed users too; on an error the old contents stay in force.
+    /// sessions of removed users too, and so do the open streams of every credential removed
+    /// or changed ([`Authority::revoked`]); on an error the old contents stay in force.
     /// Returns the number of users and tokens loaded.
     pub fn reload(&self) -> Result<(usize, usize), AuthFileError> {
         let Some(s) = &self.shared else {
@@ -233,6 +254,8 @@ impl Authority {
         let counts = (db.users.len(), db.tokens.len());
         *s.db.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(db);
         s.verified.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // After the new contents are in: a stream woken by it checks against them.
+        s.generation.send_modify(|g| *g += 1);
         Ok(counts)
     }
 
@@ -279,18 +302,23 @@ impl Authority {
         );
         let now = Instant::now();
         let mut logins = s.logins.lock().unwrap_or_else(|p| p.into_inner());
-        logins.retain(|_, l| l.expires > now);
-        // No let-chains: the workspace's rust-version is 1.85.
-        let oldest = (logins.len() >= MAX_LOGINS)
-            .then(|| {
-                logins
-                    .iter()
-                    .min_by_key(|(_, l)| l.expires)
-                    .map(|(k, _)| *k)
-            })
-            .flatten();
-        if let Some(oldest) = oldest {
-            logins.remove(&oldest);
+        let room = make_room(
+            &mut logins,
+            user,
+            (MAX_LOGINS_PER_USER, s.max_logins),
+            now,
+            |l| (l.user.as_str(), l.expires),
+        );
+        if !room {
+            return Err(AuthError::LimitExceeded {
+                limit: "login-tokens",
+                message: format!(
+                    "limit login-tokens reached: {} login sessions are held; retry once some \
+                     have expired (after at most {} s), or use an API token",
+                    s.max_logins,
+                    LOGIN_TTL.as_secs()
+                ),
+            });
         }
         logins.insert(
             file::sha256(token.as_bytes()),
@@ -326,10 +354,84 @@ impl Authority {
         db.users
             .get(name)
             .filter(|u| CredentialStamp::of(u) == *stamp)
-            .map(|u| Principal {
-                name: u.name.clone(),
-                grants: u.grants.clone(),
-            })
+            .map(Self::of_user)
+    }
+
+    /// A reload's generation: it changes at every reload that read the file (SIGHUP,
+    /// [`Authority::reload`]); `None` when authentication is off. A stream that outlives a
+    /// reload waits on it ([`Authority::revoked`]).
+    pub fn generations(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.shared.as_ref()?.generation.subscribe())
+    }
+
+    /// Whether the principal named `name` (`token:<id>`, or a user name: user names never
+    /// hold a ':' and `token` is reserved, so the two cannot be confused) still has a
+    /// credential in the file; false once its token or user was removed. Always true with
+    /// authentication off.
+    pub fn knows(&self, name: &str) -> bool {
+        let Some(s) = &self.shared else {
+            return true;
+        };
+        let db = Self::db(s);
+        match name.strip_prefix("token:") {
+            Some(id) => db.tokens.contains_key(id),
+            None => db.users.contains_key(name),
+        }
+    }
+
+    /// Whether the credential that made `principal` is still in the file with the same
+    /// grants: the API token with the same id and secret, or the user with the same password
+    /// ([`CredentialStamp`]). Always true when authentication is off.
+    pub fn is_current(&self, principal: &Principal) -> bool {
+        let Some(s) = &self.shared else {
+            return true;
+        };
+        let db = Self::db(s);
+        match &principal.credential {
+            Credential::Token { id, sha256 } => db
+                .tokens
+                .get(id)
+                .is_some_and(|t| t.sha256 == *sha256 && t.grants == principal.grants),
+            Credential::User(stamp) => db
+                .users
+                .get(&principal.name)
+                .is_some_and(|u| CredentialStamp::of(u) == *stamp && u.grants == principal.grants),
+            #[cfg(test)]
+            Credential::Given => true,
+        }
+    }
+
+    /// Completes once `caller`'s credential is no longer current ([`Authority::is_current`])
+    /// after a reload, or at once if it is not now; never for [`Caller::Open`] and
+    /// [`Caller::Anonymous`] or with authentication off. Every long-lived stream (a REST
+    /// watch, a native gRPC session, the console's events) ends with it, so a token or user
+    /// removed, given other grants, or given a new password at a SIGHUP loses its open streams
+    /// too. Cancel-safe (it holds nothing but a `watch` receiver).
+    pub fn revoked(&self, caller: &Caller) -> impl Future<Output = ()> + Send + use<> {
+        let principal = match caller {
+            Caller::Principal(p) => Some(Arc::clone(p)),
+            _ => None,
+        };
+        let this = self.clone();
+        async move {
+            let (Some(principal), Some(mut generations)) = (principal, this.generations()) else {
+                return std::future::pending().await;
+            };
+            // Subscribed before the first check, so a reload between the two is not missed.
+            while this.is_current(&principal) {
+                if generations.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+
+    fn of_user(u: &UserRecord) -> Principal {
+        Principal {
+            name: u.name.clone(),
+            grants: u.grants.clone(),
+            credential: Credential::User(CredentialStamp::of(u)),
+        }
     }
 
     /// The stamp of user `name`'s password now (tests that make console sessions directly).
@@ -367,10 +469,7 @@ impl Authority {
                 .get(&login.user)
                 .filter(|u| CredentialStamp::of(u) == login.stamp)
                 .ok_or_else(bad)?;
-            return Ok(Principal {
-                name: user.name.clone(),
-                grants: user.grants.clone(),
-            });
+            return Ok(Self::of_user(user));
         }
         let rest = token.strip_prefix(TOKEN_PREFIX).ok_or_else(bad)?;
         let (id, _) = rest.split_once('_').ok_or_else(bad)?;
@@ -383,6 +482,10 @@ impl Authority {
         Ok(Principal {
             name: format!("token:{}", record.id),
             grants: record.grants.clone(),
+            credential: Credential::Token {
+                id: record.id.clone(),
+                sha256: record.sha256.clone(),
+            },
         })
     }
 
@@ -400,13 +503,7 @@ impl Authority {
         let (hash, principal) = match db.users.get(user) {
             Some(u) => (
                 u.password_hash.clone(),
-                Some((
-                    Principal {
-                        name: u.name.clone(),
-                        grants: u.grants.clone(),
-                    },
-                    CredentialStamp::of(u),
-                )),
+                Some((Self::of_user(u), CredentialStamp::of(u))),
             ),
             None => (DUMMY_HASH.to_owned(), None),
         };
@@ -471,6 +568,33 @@ impl Authority {
             .await
             .map_err(|_| AuthError::Unauthenticated("invalid user name or password".into()))
     }
+}
+
+/// Makes room in a session table (login sessions, console sessions) for one more session of
+/// `user`: drops the expired ones, then `user`'s own oldest (closest to expiry) while it holds
+/// `per_user`; false (refuse the new one) when `global` sessions are held even so. Nobody
+/// else's session is ever ended for it. `of` gives a session's user and expiry. O(sessions).
+pub(crate) fn make_room<K: Copy + Eq + std::hash::Hash, V>(
+    table: &mut HashMap<K, V>,
+    user: &str,
+    (per_user, global): (usize, usize),
+    now: Instant,
+    of: impl Fn(&V) -> (&str, Instant),
+) -> bool {
+    table.retain(|_, v| of(&*v).1 > now);
+    let mut own: Vec<(Instant, K)> = table
+        .iter()
+        .filter_map(|(k, v)| {
+            let (owner, expires) = of(v);
+            (owner == user).then_some((expires, *k))
+        })
+        .collect();
+    // With the new one it would hold own.len() + 1: the oldest beyond `per_user` go.
+    own.sort_unstable_by_key(|(expires, _)| *expires);
+    for (_, key) in own.iter().take((own.len() + 1).saturating_sub(per_user)) {
+        table.remove(key);
+    }
+    table.len() < global
 }
 
 /// An argon2id hash of a random string nobody knows, verified against for unknown users.

@@ -108,10 +108,25 @@ impl AuthFile {
             path: path.to_owned(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| AuthFileError::Parse {
+        let file: Self = toml::from_str(&text).map_err(|e| AuthFileError::Parse {
             path: path.to_owned(),
             message: parse_message(&text, &e),
-        })
+        })?;
+        let mut seen = std::collections::HashSet::new();
+        for user in &file.users {
+            let refused = |message| AuthFileError::Parse {
+                path: path.to_owned(),
+                message,
+            };
+            check_user_name(&user.name).map_err(refused)?;
+            if !seen.insert(user.name.as_str()) {
+                return Err(refused(format!(
+                    "user {} is listed twice: each user once",
+                    user.name
+                )));
+            }
+        }
+        Ok(file)
     }
 
     /// Reads `path`, or an empty file when it does not exist yet (the first `auth user add`).
@@ -167,12 +182,7 @@ impl AuthFile {
         password: &str,
         grants: Vec<Grant>,
     ) -> Result<(), AuthFileError> {
-        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-        if name.is_empty() || name.len() > 64 || !name.chars().all(allowed) {
-            return Err(AuthFileError::Refused(format!(
-                "invalid user name {name:?}: 1-64 letters, digits, '.', '_' or '-'"
-            )));
-        }
+        check_user_name(name).map_err(AuthFileError::Refused)?;
         if self.users.iter().any(|u| u.name == name) {
             return Err(AuthFileError::Refused(format!(
                 "user {name} exists already"
@@ -311,6 +321,29 @@ pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
 
 /// The parser's reason on one line, with line and column: a failed reload is one log line, and
 /// no part of the file (hashes, token ids) is echoed into it as toml's own snippet would.
+/// The user name no user may take: API tokens' principals are `token:<id>`, and a user named
+/// `token` would make `token:` + a subscriber name `<id>:NAME` the very poller name
+/// (`<principal>:NAME`) of that token's `NAME`, acking its drains.
+pub const RESERVED_USER_NAME: &str = "token";
+
+/// A user name: 1-64 letters, digits, '.', '_' or '-' (so never a ':', the separator of a
+/// poller's `<principal>:NAME`), and not [`RESERVED_USER_NAME`]. Errors: the rule broken, in
+/// one line naming the name.
+fn check_user_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 64 || !name.chars().all(allowed) {
+        return Err(format!(
+            "invalid user name {name:?}: 1-64 letters, digits, '.', '_' or '-'"
+        ));
+    }
+    if name == RESERVED_USER_NAME {
+        return Err(format!(
+            "invalid user name {name:?}: reserved (API tokens are the principals token:<id>)"
+        ));
+    }
+    Ok(())
+}
+
 fn parse_message(text: &str, e: &toml::de::Error) -> String {
     let reason = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
     match e.span() {

@@ -51,6 +51,7 @@ async fn prepare(state: &AuthLayerState, request: Request) -> Result<Request, Ap
     if !state.authority.is_on() && !state.exposed {
         check_host(&request)?;
     }
+    check_not_cross_site(&request)?;
     let nacos = request.uri().path().starts_with("/nacos/");
     let header_credentials = from_authorization(request.headers())?;
     let (mut request, nacos_token) = if nacos && header_credentials.is_none() {
@@ -215,6 +216,37 @@ fn host_is_local(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     host.parse::<std::net::IpAddr>().is_ok() || host == "localhost" || host.ends_with(".localhost")
+}
+
+/// Refuses, whatever the method and with or without auth, a request that a browser says a
+/// page of another site made (`Sec-Fetch-Site: cross-site` or `same-site`, Fetch Metadata):
+/// 403 rule `browser`. Such a page could otherwise, with an `<img>` or a no-cors `fetch`, make
+/// the browser poll as a `subscriber=NAME` (acking a drain for that consumer) or send
+/// credentials the browser holds (Basic). gangway grants no CORS, so no cross-site page can
+/// use its API legitimately; the console is served from the same origin (`same-origin`), and
+/// clients that are not browsers send no such header. Browsers without Fetch Metadata send
+/// none either: what they can do is what [`check_browser_safe`] and the credentials allow.
+fn check_not_cross_site(request: &Request) -> Result<(), ApiError> {
+    // Any header value that names another site, whatever its case or list position.
+    let other_site = request
+        .headers()
+        .get_all("sec-fetch-site")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| {
+            let v = v.trim();
+            v.eq_ignore_ascii_case("cross-site") || v.eq_ignore_ascii_case("same-site")
+        });
+    if other_site {
+        return Err(ApiError::Forbidden {
+            rule: "browser",
+            message: "a request a browser made for a page of another site (Sec-Fetch-Site) \
+                      is refused"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses what a page on another site could make a browser send without a CORS preflight: a

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-mod authority;
+pub(crate) mod authority;
 pub mod file;
 pub mod layer;
 
@@ -23,8 +23,8 @@ pub mod layer;
 mod tests;
 
 pub use authority::{
-    Authority, CredentialStamp, Credentials, LOGIN_TTL, MAX_PASSWORD_CHECKS, MAX_PASSWORD_WAITERS,
-    PasswordChecks,
+    Authority, CredentialStamp, Credentials, LOGIN_TTL, MAX_LOGINS, MAX_LOGINS_PER_USER,
+    MAX_PASSWORD_CHECKS, MAX_PASSWORD_WAITERS, PasswordChecks,
 };
 pub use file::{AuthFile, AuthFileError};
 
@@ -81,9 +81,43 @@ pub struct Principal {
     pub name: String,
     /// What it may do.
     pub grants: Vec<Grant>,
+    /// The credential that made it, for [`Authority::is_current`].
+    pub(crate) credential: Credential,
+}
+
+/// Which credential of the `--auth` file made a [`Principal`]: a stream that outlives a reload
+/// (a REST watch, a native gRPC session, the console's events) ends when it is gone or its
+/// grants changed ([`Authority::revoked`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Credential {
+    /// An API token: its id and the SHA-256 (hex) it is stored as, so a token removed and
+    /// created again under the same id is another credential.
+    Token {
+        /// The token's id.
+        id: String,
+        /// Its stored SHA-256, hex.
+        sha256: String,
+    },
+    /// A user's password (Basic, a login token, a console session): the user named by
+    /// [`Principal::name`], with the password `stamp` says.
+    User(CredentialStamp),
+    /// Made without the file (tests): always current.
+    #[cfg(test)]
+    Given,
 }
 
 impl Principal {
+    /// A principal made without the `--auth` file (tests): [`Authority::is_current`] always
+    /// holds for it.
+    #[cfg(test)]
+    pub(crate) fn given(name: &str, grants: Vec<Grant>) -> Self {
+        Self {
+            name: name.to_owned(),
+            grants,
+            credential: Credential::Given,
+        }
+    }
+
     /// The highest role it holds on `namespace` (a `*` grant counts for every namespace).
     pub fn role_on(&self, namespace: &str) -> Option<Role> {
         self.grants
@@ -158,10 +192,12 @@ pub enum AuthError {
         message: String,
     },
     /// Too many of something at once (HTTP 429 `limit_exceeded`, gRPC RESOURCE_EXHAUSTED):
-    /// the password checks waiting ([`authority::MAX_PASSWORD_WAITERS`]).
+    /// the password checks waiting ([`authority::MAX_PASSWORD_WAITERS`]), the login sessions
+    /// held ([`authority::MAX_LOGINS`]), the console sessions held
+    /// ([`crate::console::MAX_SESSIONS`]).
     #[error("{message}")]
     LimitExceeded {
-        /// The limit (`password-checks`).
+        /// The limit (`password-checks`, `login-tokens`, `console-sessions`).
         limit: &'static str,
         /// What was refused and why.
         message: String,

@@ -4,25 +4,19 @@ use super::file::grant;
 use super::*;
 
 fn principal(grants: Vec<Grant>) -> Caller {
-    Caller::Principal(Arc::new(Principal {
-        name: "alice".into(),
-        grants,
-    }))
+    Caller::Principal(Arc::new(Principal::given("alice", grants)))
 }
 
 #[test]
 fn roles_include_the_lower_ones_and_star_counts_everywhere() {
-    let p = Principal {
-        name: "p".into(),
-        grants: vec![grant("public", Role::Read), grant("*", Role::Write)],
-    };
+    let p = Principal::given(
+        "p",
+        vec![grant("public", Role::Read), grant("*", Role::Write)],
+    );
     assert_eq!(p.role_on("public"), Some(Role::Write));
     assert_eq!(p.role_on("other"), Some(Role::Write));
     assert!(!p.global_admin());
-    let q = Principal {
-        name: "q".into(),
-        grants: vec![grant("prod", Role::Admin)],
-    };
+    let q = Principal::given("q", vec![grant("prod", Role::Admin)]);
     assert_eq!(q.role_on("dev"), None);
 }
 
@@ -222,4 +216,177 @@ fn a_check_in_reused_memory_answers_as_the_plain_check() {
         &mut memory
     ));
     assert_eq!(memory.len(), 8, "resized to the hash's m");
+}
+
+/// A user named `token` would poll as `token:` + `<id>:NAME`, the poller name of API token
+/// `<id>`'s `NAME`, and ack its drains: the name is refused when added and when loaded.
+#[test]
+fn the_user_name_token_is_refused_when_added_and_when_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    let mut f = AuthFile::load_or_default(&path).unwrap();
+    let e = f
+        .add_user("token", "pw-of-token", vec![grant("*", Role::Read)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"token\"") && e.contains("reserved"), "{e}");
+    assert!(f.users.is_empty());
+    f.add_user("alice", "pw-of-alice", vec![]).unwrap();
+    f.save(&path).unwrap();
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("name = \"alice\"", "name = \"token\"");
+    std::fs::write(&path, text).unwrap();
+    let e = AuthFile::load(&path).unwrap_err().to_string();
+    assert!(e.contains("reserved") && !e.contains('\n'), "{e}");
+    std::fs::write(&path, "[[users]]\nname = \"a:b\"\npassword_hash = \"x\"\n").unwrap();
+    let e = AuthFile::load(&path).unwrap_err().to_string();
+    assert!(e.contains("invalid user name \"a:b\""), "{e}");
+    // A hand-edited file with one user twice (the last would win) is refused too.
+    let twice = "[[users]]\nname = \"bob\"\npassword_hash = \"x\"\n".repeat(2);
+    std::fs::write(&path, twice).unwrap();
+    let e = AuthFile::load(&path).unwrap_err().to_string();
+    assert!(e.contains("user bob is listed twice"), "{e}");
+}
+
+/// F4: a user's logins beyond [`MAX_LOGINS_PER_USER`] end only its own oldest; a full table
+/// refuses a new login (429 `login-tokens`) and ends nobody's; a user at its own cap still
+/// gets in by giving up its own oldest.
+#[tokio::test(start_paused = true)]
+async fn login_caps_end_only_the_users_own_oldest_and_a_full_table_refuses() {
+    let mut f = AuthFile::default();
+    for user in ["alice", "bob", "carol"] {
+        f.add_user(user, "pw", vec![grant("public", Role::Read)])
+            .unwrap();
+    }
+    let global = MAX_LOGINS_PER_USER + 6;
+    let auth = Authority::from_file_with_max_logins(f, global);
+    let login = |user: &'static str| {
+        let auth = auth.clone();
+        async move {
+            // Distinct expiries, so "oldest" is one session.
+            tokio::time::advance(std::time::Duration::from_millis(1)).await;
+            auth.login(user, "pw").await.map(|(token, _)| token)
+        }
+    };
+    let works = |token: String| {
+        let auth = auth.clone();
+        async move { auth.authenticate(creds_token(&token)).await.is_ok() }
+    };
+    let bob = login("bob").await.unwrap();
+    let mut alice = Vec::new();
+    for _ in 0..MAX_LOGINS_PER_USER + 3 {
+        alice.push(login("alice").await.unwrap());
+    }
+    let mut alive = Vec::new();
+    for t in &alice {
+        alive.push(works(t.clone()).await);
+    }
+    let expected: Vec<bool> = (0..alice.len()).map(|i| i >= 3).collect();
+    assert_eq!(alive, expected, "alice's 3 oldest went, her last 64 stay");
+    assert!(
+        works(bob.clone()).await,
+        "bob's login survives alice's flood"
+    );
+
+    // 1 + 64 held; carol fills the table to `global`.
+    let mut carol = Vec::new();
+    for _ in 0..global - 1 - MAX_LOGINS_PER_USER {
+        carol.push(login("carol").await.unwrap());
+    }
+    let refused = login("carol").await.unwrap_err();
+    let AuthError::LimitExceeded { limit, message } = &refused else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(*limit, "login-tokens");
+    assert!(
+        message.starts_with(&format!(
+            "limit login-tokens reached: {global} login sessions are held"
+        )),
+        "{message}"
+    );
+    assert!(works(bob.clone()).await && works(carol[0].clone()).await);
+    assert!(works(alice[3].clone()).await);
+    // alice is at her own cap: she gets in, and her oldest (alice[3]) goes.
+    let newest = login("alice").await.unwrap();
+    assert!(works(newest).await);
+    assert!(!works(alice[3].clone()).await && works(alice[4].clone()).await);
+    // Once they expire there is room again.
+    tokio::time::advance(LOGIN_TTL).await;
+    assert!(login("carol").await.is_ok());
+    assert!(!works(bob).await, "expired");
+}
+
+/// F2: `is_current` follows the file: a removed token, a removed user, a user with a new
+/// password or other grants are no longer current; `revoked` completes for them at the reload
+/// and not for the others.
+#[tokio::test]
+async fn is_current_and_revoked_follow_the_file_at_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    let mut f = AuthFile::default();
+    let gone = f.create_token("gone", vec![grant("public", Role::Read)]);
+    let kept = f.create_token("kept", vec![grant("public", Role::Read)]);
+    for user in ["removed", "regranted", "repassworded", "same"] {
+        f.add_user(user, "pw", vec![grant("public", Role::Read)])
+            .unwrap();
+    }
+    f.save(&path).unwrap();
+    let auth = Authority::load(&path).unwrap();
+    let mut callers = Vec::new();
+    for t in [&gone, &kept] {
+        callers.push(auth.authenticate(creds_token(t)).await.unwrap());
+    }
+    for user in ["removed", "regranted", "repassworded", "same"] {
+        let pw = Credentials::Password {
+            user: user.into(),
+            password: "pw".into(),
+        };
+        callers.push(auth.authenticate(Some(pw)).await.unwrap());
+    }
+    let current = |callers: &[Caller]| -> Vec<bool> {
+        callers
+            .iter()
+            .map(|c| match c {
+                Caller::Principal(p) => auth.is_current(p),
+                _ => unreachable!(),
+            })
+            .collect()
+    };
+    assert_eq!(current(&callers), [true; 6]);
+    let mut revoked: Vec<_> = callers.iter().map(|c| Box::pin(auth.revoked(c))).collect();
+    fn pending<F: Future + Unpin>(r: &mut F) -> bool {
+        futures::FutureExt::now_or_never(r).is_none()
+    }
+    assert!(revoked.iter_mut().all(pending), "nothing revoked yet");
+
+    f.remove_token(gone.split('_').nth(1).unwrap()).unwrap();
+    f.remove_user("removed").unwrap();
+    f.users
+        .iter_mut()
+        .find(|u| u.name == "regranted")
+        .unwrap()
+        .grants = vec![grant("public", Role::Write)];
+    f.remove_user("repassworded").unwrap();
+    f.add_user("repassworded", "pw", vec![grant("public", Role::Read)])
+        .unwrap();
+    f.save(&path).unwrap();
+    assert_eq!(auth.reload().unwrap(), (3, 1));
+    assert_eq!(
+        current(&callers),
+        [false, true, false, false, false, true],
+        "gone, kept, removed, regranted, repassworded, same"
+    );
+    let ended: Vec<bool> = revoked.iter_mut().map(|r| !pending(r)).collect();
+    assert_eq!(ended, [true, false, true, true, true, false]);
+    // Open and anonymous callers, and auth off, are never revoked.
+    for (authority, caller) in [
+        (&auth, Caller::Anonymous),
+        (&auth, Caller::Open),
+        (&Authority::off(), callers[0].clone()),
+    ] {
+        let mut r = Box::pin(authority.revoked(&caller));
+        assert!(pending(&mut r), "{caller:?}");
+    }
+    assert!(Authority::off().generations().is_none());
 }

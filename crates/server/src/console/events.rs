@@ -6,8 +6,9 @@
 //!
 //! Bounds: at most [`MAX_EVENT_STREAMS`] streams at once (then 503 `overloaded`); a stream
 //! ends after [`STREAM_LIFETIME`] (the browser's `EventSource` reconnects after the `retry`
-//! the first event sets), when its session ends (logout, expiry, user removed) and when the
-//! server stops.
+//! the first event sets), when its session ends (logout, expiry, user removed), at the reload
+//! that removes or changes its credential (user, password, grants, API token:
+//! [`Authority::revoked`](crate::auth::Authority::revoked)) and when the server stops.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -78,6 +79,9 @@ pub(super) async fn events(
         }
     };
     let ends = tokio::time::sleep(STREAM_LIFETIME);
-    let stream = stream.take_until(c.registry.stopping()).take_until(ends);
+    let stream = stream
+        .take_until(c.registry.stopping())
+        .take_until(c.authority.revoked(&caller))
+        .take_until(ends);
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

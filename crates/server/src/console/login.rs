@@ -102,7 +102,8 @@ fn millis(d: std::time::Duration) -> u64 {
 ///
 /// Errors: 400 for a body that is not `{username, password}` (field `body`); 401 for an
 /// unknown user or a wrong password (one answer for both); 409 when auth is off (there is
-/// nothing to sign in to); 503 when [`MAX_CONCURRENT_LOGINS`] checks are running.
+/// nothing to sign in to); 503 when [`MAX_CONCURRENT_LOGINS`] checks are running; 429
+/// `limit_exceeded` (limit `console-sessions`) when [`super::MAX_SESSIONS`] sessions are held.
 pub(super) async fn login(
     State(c): State<Console>,
     ApiJson(body): ApiJson<LoginBody>,
@@ -124,7 +125,7 @@ pub(super) async fn login(
         .authority
         .check_password(&body.username, &body.password)
         .await?;
-    let new = c.sessions.create(&principal.name, stamp);
+    let new = c.sessions.create(&principal.name, stamp)?;
     tracing::info!(user = %principal.name, "console: signed in");
     let out = SessionJson {
         user: Some(principal.name),

@@ -35,7 +35,9 @@ mod sessions;
 
 pub use events::{EVENT_INTERVAL, MAX_EVENT_STREAMS, STREAM_LIFETIME};
 pub use login::MAX_CONCURRENT_LOGINS;
-pub use sessions::{CSRF_HEADER, MAX_SESSIONS, SESSION_COOKIE, SESSION_TTL, Sessions};
+pub use sessions::{
+    CSRF_HEADER, MAX_SESSIONS, MAX_SESSIONS_PER_USER, SESSION_COOKIE, SESSION_TTL, Sessions,
+};
 
 /// What the console's routes share. Cheap to clone.
 #[derive(Clone)]

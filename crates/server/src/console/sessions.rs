@@ -1,6 +1,7 @@
 //! The console's sessions: a random id in a `HttpOnly; SameSite=Strict` cookie, held
 //! server-side (by its SHA-256) with the user's name, a CSRF token and an expiry; at most
-//! [`MAX_SESSIONS`], each for at most [`SESSION_TTL`].
+//! [`MAX_SESSIONS`] (of one user at most [`MAX_SESSIONS_PER_USER`]), each for at most
+//! [`SESSION_TTL`].
 //!
 //! The cookie authenticates the REST API (`/v1/...`) and the console's own routes as the user,
 //! with the user's grants as the `--auth` file says now (a user removed at a reload is signed
@@ -18,6 +19,7 @@ use axum::http::{HeaderMap, Method, header};
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
+use crate::auth::authority::make_room;
 use crate::auth::file::{base64_url, random_bytes, sha256};
 use crate::auth::{Authority, Caller, CredentialStamp};
 use crate::error::ApiError;
@@ -31,18 +33,33 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Lifetime of a console session from its login: 8 hours (a working day); then sign in again.
 pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 
-/// Most console sessions held at once; a login beyond it ends the session closest to its
-/// expiry (the oldest).
+/// Most console sessions held at once, all users together. When that many are live a sign-in
+/// is refused (HTTP 429 `limit_exceeded`, limit `console-sessions`) rather than ending anyone's
+/// session: sessions held go only by expiry ([`SESSION_TTL`]), logout, a reload that ends
+/// their user, and their own user's [`MAX_SESSIONS_PER_USER`].
 pub const MAX_SESSIONS: usize = 1_000;
+
+/// Most console sessions of one user: its sign-in beyond that ends its own oldest session
+/// (the one closest to expiry), never another user's.
+pub const MAX_SESSIONS_PER_USER: usize = 16;
 
 /// The path whose requests never look at the cookie: a login replaces whatever session the
 /// browser held.
 pub(super) const LOGIN_PATH: &str = "/ui/login";
 
 /// The console's session table. Cheap to clone; clones share it.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Sessions {
     table: Arc<Mutex<HashMap<[u8; 32], Session>>>,
+    /// Most sessions held at once ([`MAX_SESSIONS`] but in tests).
+    max: usize,
+}
+
+impl Default for Sessions {
+    /// At most [`MAX_SESSIONS`].
+    fn default() -> Self {
+        Self::with_max(MAX_SESSIONS)
+    }
 }
 
 impl std::fmt::Debug for Sessions {
@@ -84,6 +101,15 @@ fn random_token() -> String {
 }
 
 impl Sessions {
+    /// A table of at most `max` sessions instead of [`MAX_SESSIONS`] (tests of that cap; 0
+    /// refuses every sign-in).
+    pub fn with_max(max: usize) -> Self {
+        Self {
+            table: Arc::default(),
+            max,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Session>> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -98,22 +124,40 @@ impl Sessions {
         self.len() == 0
     }
 
-    /// Opens a session for `user`, valid for [`SESSION_TTL`]; drops expired sessions, and the
-    /// oldest when [`MAX_SESSIONS`] are held. O(sessions held).
-    pub(super) fn create(&self, user: &str, stamp: CredentialStamp) -> NewSession {
+    /// Opens a session for `user`, valid for [`SESSION_TTL`]; drops expired sessions, and
+    /// `user`'s own oldest when it holds [`MAX_SESSIONS_PER_USER`]. O(sessions held).
+    ///
+    /// Errors: 429 `limit_exceeded` (limit `console-sessions`) when [`MAX_SESSIONS`] (or the
+    /// table's [`Sessions::with_max`]) are held even so; no session is ended for it.
+    pub(super) fn create(
+        &self,
+        user: &str,
+        stamp: CredentialStamp,
+    ) -> Result<NewSession, ApiError> {
+        let now = Instant::now();
+        let mut table = self.lock();
+        let room = make_room(
+            &mut table,
+            user,
+            (MAX_SESSIONS_PER_USER, self.max),
+            now,
+            |s| (s.user.as_str(), s.expires),
+        );
+        if !room {
+            return Err(ApiError::LimitExceeded {
+                limit: "console-sessions",
+                message: format!(
+                    "limit console-sessions reached: {} console sessions are held; retry once \
+                     some have ended (after at most {} s)",
+                    self.max,
+                    SESSION_TTL.as_secs()
+                ),
+            });
+        }
         let new = NewSession {
             id: random_token(),
             csrf: random_token(),
         };
-        let now = Instant::now();
-        let mut table = self.lock();
-        table.retain(|_, s| s.expires > now);
-        if table.len() >= MAX_SESSIONS {
-            let oldest = table.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| *k);
-            if let Some(oldest) = oldest {
-                table.remove(&oldest);
-            }
-        }
         table.insert(
             sha256(new.id.as_bytes()),
             Session {
@@ -123,7 +167,7 @@ impl Sessions {
                 expires: now + SESSION_TTL,
             },
         );
-        new
+        Ok(new)
     }
 
     /// The live session with this cookie value.

@@ -7,9 +7,10 @@
 //!
 //! A stall is a jump of the process's monotonic clock between two ticks of its own timer by
 //! more than [`Config::stall_threshold`](crate::Config::stall_threshold) during which the
-//! process itself hardly ran (less than half the gap in CPU time, [`STALL_CPU_SHARE`]):
+//! process itself hardly ran (less than a fifth of the gap in CPU time, [`STALL_CPU_SHARE`]):
 //! SIGSTOP, a VM pause, swapping. A gap the process spent working (its threads busy, as under a
-//! burst of pushes on a small machine) is no stall: its peers' clocks ran at its own pace. Every peer's timers ran on during it, the registry's did not; so the registry
+//! burst of pushes on a small machine), or that it ran slowly because other processes took the
+//! machine's cores, is no stall: it went on reading heartbeats in order. Every peer's timers ran on during it, the registry's did not; so the registry
 //! treats it like a restart, as etcd's lessor does after a leader change: every lease and
 //! poller is extended by the stall, snapshots are held back for
 //! [`Config::stall_recovery`](crate::Config::stall_recovery), sessions that end meanwhile
@@ -27,6 +28,7 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 use tokio::time::Instant;
 
 use super::service::Changed;
+use super::state::State;
 use super::{Liveness, Registry};
 
 /// Why snapshots are held back; pushes flow when none is set.
@@ -45,8 +47,10 @@ impl Holds {
 }
 
 /// A clock gap counts as a stall only when the process used less CPU time than this share of
-/// it: a stopped process uses none.
-pub(crate) const STALL_CPU_SHARE: f64 = 0.5;
+/// it (0.2: a fifth of one core): a stopped process uses none (SIGSTOP: about 0.01 over the
+/// gap), while one starved by other processes still gets a share (a tester saw 2-5 s gaps on a
+/// 2-core machine at load 9 with the earlier 0.5, each holding pushes back for 5 s).
+pub(crate) const STALL_CPU_SHARE: f64 = 0.2;
 
 /// The CPU time the process has used (`CLOCK_PROCESS_CPUTIME_ID`, every thread); zero where
 /// it cannot be read, which makes every gap over the threshold a stall, as before.
@@ -265,19 +269,55 @@ impl Registry {
                 }
             }
         }
-        let mut touched: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
-        for (svc, key) in gone {
-            tracing::info!(service = %svc, instance = %key, "stall grace over: no session registered it again, removed");
-            state.remove(&svc, &key);
-            match touched.iter_mut().find(|(s, _)| s == &svc) {
-                Some((_, keys)) => keys.push(key),
-                None => touched.push((svc, vec![key])),
-            }
-        }
-        for (svc, keys) in &touched {
-            state.publish(svc, Changed::Keys(keys.clone()));
-        }
+        remove_in_one_revision(
+            &mut state,
+            gone,
+            "stall grace over: no session registered it again, removed",
+        );
         state.grace_timer = later.is_some();
         later
+    }
+
+    /// Removes at once the instances in stall grace whose owner `still_known` says has no
+    /// credential any more (its API token or user removed at a reload of the auth file): no
+    /// client can register them again, so waiting out the grace would only keep a revoked
+    /// principal's instances in every consumer's view. One revision per service; returns how
+    /// many went. Called at every reload (crate `start`).
+    pub fn end_grace_of_unknown_owners(&self, still_known: impl Fn(&str) -> bool) -> usize {
+        let mut state = self.lock();
+        let gone: Vec<(ServiceKey, InstanceKey)> = state
+            .services
+            .iter()
+            .flat_map(|(svc, s)| {
+                s.instances
+                    .values()
+                    .filter(|e| matches!(e.liveness, Liveness::Grace { .. }))
+                    .filter(|e| e.owner.as_deref().is_some_and(|o| !still_known(o)))
+                    .map(|e| (svc.clone(), e.instance.key.clone()))
+            })
+            .collect();
+        let count = gone.len();
+        remove_in_one_revision(
+            &mut state,
+            gone,
+            "stall grace ended: its owner's credential was removed at a reload",
+        );
+        count
+    }
+}
+
+/// Removes `gone` (logging `why` for each) and publishes one revision per service touched.
+fn remove_in_one_revision(state: &mut State, gone: Vec<(ServiceKey, InstanceKey)>, why: &str) {
+    let mut touched: Vec<(ServiceKey, Vec<InstanceKey>)> = Vec::new();
+    for (svc, key) in gone {
+        tracing::info!(service = %svc, instance = %key, "{why}");
+        state.remove(&svc, &key);
+        match touched.iter_mut().find(|(s, _)| s == &svc) {
+            Some((_, keys)) => keys.push(key),
+            None => touched.push((svc, vec![key])),
+        }
+    }
+    for (svc, keys) in &touched {
+        state.publish(svc, Changed::Keys(keys.clone()));
     }
 }

@@ -735,12 +735,15 @@ async fn watch(
         id: id.clone(),
     };
     let registry = s.registry.clone();
-    // A stopping server ends every watch (the client reconnects, to the next server).
+    // A stopping server ends every watch (the client reconnects, to the next server), and a
+    // reload that removes or changes the caller's credential ends its watches.
     let stopping = s.registry.stopping();
+    let revoked = s.registry.config().security.authority.revoked(&caller);
     let stream = s
         .registry
         .full_pushes(id, rx)
         .take_until(stopping)
+        .take_until(revoked)
         .map(move |snapshot| {
             let _keep = &guard;
             // A watcher counts as having acked what it was sent (DESIGN §4).

@@ -636,6 +636,26 @@ async fn subscribe_orders(
     (tx, inbound, first)
 }
 
+/// A server that re-sends unanswered pushes after `resend` and spaces pushes by nothing, with a
+/// connection subscribed to `orders` ([`subscribe_orders`]).
+async fn subscribed_with_resend(
+    resend: Duration,
+) -> (
+    Grpc,
+    mpsc::Sender<pb::Payload>,
+    tonic::Streaming<pb::Payload>,
+    Value,
+) {
+    let config = Config {
+        resend_interval: resend,
+        full_push_interval: Duration::ZERO,
+        ..Config::for_tests()
+    };
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (tx, inbound, first) = subscribe_orders(&g).await;
+    (g, tx, inbound, first)
+}
+
 /// Registers the lease instance 10.0.1.`i`:80 in `orders`.
 async fn register_lease(registry: &Registry, i: u8) {
     {
@@ -659,14 +679,8 @@ async fn register_lease(registry: &Registry, i: u8) {
 
 #[tokio::test]
 async fn grpc_pushes_wait_for_the_previous_answer_and_coalesce_meanwhile() {
-    let config = Config {
-        // Long enough that only an answer lets the next push go.
-        resend_interval: Duration::from_secs(60),
-        full_push_interval: Duration::ZERO,
-        ..Config::for_tests()
-    };
-    let g = grpc_with(Nacos::new(registry_with(config))).await;
-    let (tx, mut inbound, first) = subscribe_orders(&g).await;
+    // Long enough that only an answer lets the next push go.
+    let (g, tx, mut inbound, first) = subscribed_with_resend(Duration::from_secs(60)).await;
     // Three changes while the first push is unanswered, each followed by a request's round
     // trip (time for a push to go out): none is pushed yet.
     for i in 0..3u8 {
@@ -706,13 +720,7 @@ async fn grpc_pushes_wait_for_the_previous_answer_and_coalesce_meanwhile() {
 
 #[tokio::test]
 async fn grpc_an_unanswered_push_holds_the_next_for_the_resend_interval_only() {
-    let config = Config {
-        resend_interval: Duration::from_millis(200),
-        full_push_interval: Duration::ZERO,
-        ..Config::for_tests()
-    };
-    let g = grpc_with(Nacos::new(registry_with(config))).await;
-    let (_tx, mut inbound, _first) = subscribe_orders(&g).await;
+    let (g, _tx, mut inbound, _first) = subscribed_with_resend(Duration::from_millis(200)).await;
     register_lease(&g.registry, 0).await;
     // Never answered: the latest still goes out after the resend interval.
     let next = tokio::time::timeout(Duration::from_secs(10), async {
@@ -1403,4 +1411,94 @@ fn urlencode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// F2: a subscription made with a credential that a reload then removes ends (no more pushes,
+/// no subscriber left); one made on the same connection with a still valid token keeps
+/// getting pushes.
+#[tokio::test]
+async fn grpc_a_reload_ends_the_subscriptions_of_a_removed_token_only() {
+    use crate::auth::file::grant;
+    use crate::auth::{AuthFile, Authority, Role};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    let mut file = AuthFile::default();
+    let gone = file.create_token("gone", vec![grant("public", Role::Read)]);
+    let kept = file.create_token("kept", vec![grant("public", Role::Read)]);
+    file.save(&path).unwrap();
+    let authority = Authority::load(&path).unwrap();
+    let mut config = Config::for_tests();
+    config.security.authority = authority.clone();
+    let g = grpc_with(Nacos::new(registry_with(config))).await;
+    let (_tx, mut inbound) = g.setup().await;
+    let subscribe = |service: &str, token: &str| {
+        let mut p = super::grpc::payload(
+            "SubscribeServiceRequest",
+            &json!({"requestId": "s", "serviceName": service, "groupName": "DEFAULT_GROUP",
+                   "subscribe": true, "clusters": ""}),
+        );
+        p.metadata
+            .as_mut()
+            .unwrap()
+            .headers
+            .insert("accessToken".into(), token.to_owned());
+        let channel = g.channel.clone();
+        async move {
+            pb::request_client::RequestClient::new(channel)
+                .request(p)
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let (orders, billing) = (ServiceKey::named("orders"), ServiceKey::named("billing"));
+    for (service, token) in [("orders", &gone), ("billing", &kept)] {
+        let reply = subscribe(service, token).await;
+        assert_eq!(ty(&reply), "SubscribeServiceResponse", "{:?}", body(&reply));
+    }
+    assert_eq!(
+        (
+            g.registry.subscribers(&orders).len(),
+            g.registry.subscribers(&billing).len()
+        ),
+        (1, 1)
+    );
+
+    file.remove_token(gone.split('_').nth(1).unwrap()).unwrap();
+    file.save(&path).unwrap();
+    assert_eq!(authority.reload().unwrap(), (0, 1));
+    let registry = g.registry.clone();
+    eventually("the removed token's subscription ends", || {
+        registry.subscribers(&orders).is_empty()
+    })
+    .await;
+    assert_eq!(g.registry.subscribers(&billing).len(), 1, "the other stays");
+
+    // A change in each service: only billing's subscription is pushed it.
+    for service in [&orders, &billing] {
+        g.registry
+            .register(
+                service.clone(),
+                gangway_core::model::Instance::new(InstanceKey::new("10.0.9.1", 80, "")),
+                crate::engine::LivenessRequest::Lease {
+                    ttl: None,
+                    delete_timeout: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let pushed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let push = body(&inbound.message().await.unwrap().unwrap());
+            let info = &push["serviceInfo"];
+            if info["hosts"].as_array().is_some_and(|h| !h.is_empty()) {
+                return info["name"].as_str().unwrap().to_owned();
+            }
+        }
+    })
+    .await
+    .expect("a push of the change within 10 s");
+    assert_eq!(pushed, "billing");
 }

@@ -553,10 +553,10 @@ async fn racing_registrations_of_one_instance_by_two_principals_have_one_owner()
 
     let r = registry();
     let principal = |name: &str| {
-        Caller::Principal(Arc::new(Principal {
-            name: name.into(),
-            grants: vec![grant("public", Role::Write)],
-        }))
+        Caller::Principal(Arc::new(Principal::given(
+            name,
+            vec![grant("public", Role::Write)],
+        )))
     };
     let (alice, bob) = (principal("alice"), principal("bob"));
     for n in 1..=50u8 {

@@ -265,11 +265,57 @@ async fn a_gap_the_process_spent_working_is_not_a_stall() {
     assert_eq!(r.observe_clock_at(t, cpu), ClockReading::Normal);
     let busy = r.observe_clock_at(t + Duration::from_secs(3), cpu + Duration::from_secs(3));
     assert_eq!(busy, ClockReading::Normal);
+    // Starved by other processes, it still ran a quarter of the time: slow, not stopped (a
+    // tester saw 2-5 s gaps on a 2-core machine at load 9 with no SIGSTOP).
+    let starved = r.observe_clock_at(t + Duration::from_secs(7), cpu + Duration::from_secs(4));
+    assert_eq!(starved, ClockReading::Normal);
     assert_eq!(r.inner.metrics.stalls.get(), 0);
     let stopped = r.observe_clock_at(
-        t + Duration::from_secs(6),
-        cpu + Duration::from_millis(3_100),
+        t + Duration::from_secs(10),
+        cpu + Duration::from_millis(4_100),
     );
     assert_eq!(stopped, ClockReading::Recovering);
     assert_eq!(r.inner.metrics.stalls.get(), 1);
+}
+
+/// A session that ends during a stall leaves its instance in grace; when a reload then
+/// removes its owner's token, nobody can register it again: it goes at once, and an instance
+/// in grace whose owner is still known waits for its client (a tester saw a revoked token's
+/// instance serve on for 60 s after SIGSTOP, SIGHUP, SIGCONT).
+#[tokio::test(start_paused = true)]
+async fn a_reload_ends_the_grace_of_instances_whose_owner_is_gone() {
+    let r = stalling_registry();
+    let mut sessions = Vec::new();
+    for (i, owner) in [(1, "token:gone"), (2, "alice")] {
+        let s = r.open_session(format!("127.0.0.1:{i}"), "c".into(), format!("c-{i}"));
+        sessions.push(s.clone());
+        r.register_owned(
+            svc(),
+            inst(i),
+            LivenessRequest::Session(s.clone()),
+            Some(owner.into()),
+        )
+        .await
+        .unwrap();
+        // The stall below ends the connections while the registry is frozen.
+        tokio::time::advance(Duration::from_secs(if i == 2 { 10 } else { 0 })).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(r.inner.metrics.stalls.get(), 1);
+    for s in &sessions {
+        r.close_session(s);
+    }
+    let (_, entries) = r.entries(&svc());
+    let in_grace = entries
+        .iter()
+        .filter(|e| matches!(e.liveness, Liveness::Grace { .. }))
+        .count();
+    assert_eq!(in_grace, 2, "{entries:?}");
+    let before = r.view(&svc()).revision;
+    assert_eq!(r.end_grace_of_unknown_owners(|owner| owner == "alice"), 1);
+    let (_, entries) = r.entries(&svc());
+    let keys: Vec<_> = entries.iter().map(|e| e.instance.key.clone()).collect();
+    assert_eq!(keys, [inst(2).key]);
+    assert!(r.view(&svc()).revision > before);
+    assert_eq!(r.end_grace_of_unknown_owners(|owner| owner == "alice"), 0);
 }

@@ -255,7 +255,7 @@ impl Nacos {
                 allow_read(caller, &service.namespace)?;
                 let clusters = r.clusters.clone().unwrap_or_default();
                 if r.subscribe.unwrap_or(true) {
-                    self.subscribe(conn, session, &service, &clusters, peer)?;
+                    self.subscribe(conn, session, &service, &clusters, peer, caller)?;
                     // Subscribed, but no partial view in the answer while the registry warms
                     // up: an empty host list, which the Python, Go and Rust SDKs ignore (their
                     // cache stays; nacos.md 3.6) and which does not raise in the application
@@ -326,6 +326,7 @@ impl Nacos {
         service: &ServiceKey,
         clusters: &str,
         peer: SocketAddr,
+        caller: &Caller,
     ) -> Result<(), Refusal> {
         let mut st = conn.lock();
         if st.subs.contains_key(service) {
@@ -349,7 +350,11 @@ impl Nacos {
         let clusters = clusters.to_owned();
         let sub_id = sub.clone();
         let answer_wait = self.registry().config().resend_interval;
+        // A reload that removes or changes the credential the subscription was made with ends
+        // it (the connection stays: its other requests carry their own accessToken).
+        let revoked = self.registry().config().security.authority.revoked(caller);
         let task = tokio::spawn(async move {
+            let pushes = pushes.take_until(revoked);
             futures::pin_mut!(pushes);
             while pushes.next().await.is_some() {
                 let info = nacos.push_info(&key, &clusters);
@@ -381,6 +386,13 @@ impl Nacos {
                 // meanwhile coalesce into it. A client busy decoding pushes is sent them at
                 // its own pace instead of queueing more than it can read.
                 let _ = tokio::time::timeout(answer_wait, answered).await;
+            }
+            // Ended by a revocation (or the registry): forget it, unless it was replaced.
+            let mut st = conn2.lock();
+            if st.subs.get(&key).is_some_and(|s| s.id == sub_id) {
+                st.subs.remove(&key);
+                drop(st);
+                nacos.registry().unsubscribe(&sub_id);
             }
         });
         st.subs.insert(

@@ -150,10 +150,7 @@ impl Nacos {
                         }
                     }
                     other => {
-                        return Err(Refusal::new(
-                            INVALID_PARAM,
-                            format!("unsupported InstanceRequest type {other:?}"),
-                        ));
+                        return Err(unsupported_type("InstanceRequest", &other));
                     }
                 }
                 Ok(("InstanceResponse", json!({"type": kind})))
@@ -162,10 +159,7 @@ impl Nacos {
                 let service = r.service()?;
                 let kind = r.kind.clone().unwrap_or_default();
                 if kind != "batchRegisterInstance" {
-                    return Err(Refusal::new(
-                        INVALID_PARAM,
-                        format!("unsupported BatchInstanceRequest type {kind:?}"),
-                    ));
+                    return Err(unsupported_type("BatchInstanceRequest", &kind));
                 }
                 let mut wanted = Vec::new();
                 for w in r.instances.as_deref().unwrap_or_default() {
@@ -229,10 +223,7 @@ impl Nacos {
                         }
                     }
                     other => {
-                        return Err(Refusal::new(
-                            INVALID_PARAM,
-                            format!("unsupported PersistentInstanceRequest type {other:?}"),
-                        ));
+                        return Err(unsupported_type("PersistentInstanceRequest", &other));
                     }
                 }
                 Ok(("InstanceResponse", json!({"type": kind})))
@@ -404,4 +395,13 @@ impl Nacos {
         );
         Ok(())
     }
+}
+
+/// The refusal of a request whose `type` this server does not take (Nacos answers
+/// INVALID_PARAM), naming the request and the type.
+fn unsupported_type(request: &str, kind: &str) -> Refusal {
+    Refusal::new(
+        INVALID_PARAM,
+        format!("unsupported {request} type {kind:?}"),
+    )
 }

@@ -6,6 +6,11 @@
 //! | `P/v1/instances/{ns}/{group}/{service}/{ip}:{port}#{cluster}` | `StoredInstance` (instance, probe, owner) |
 //! | `P/v1/services/{ns}/{group}/{service}` | `ServiceSettings` |
 //! | `P/v1/offline/{ns}/{group}/{service}/{ip}:{port}#{cluster}` | `OfflineMark` |
+//! | `P/v1/ephemeral/{ns}/{group}/{service}/{ip}:{port}#{cluster}` | `EphemeralRecord`, bound to the holding node's lease |
+//! | `P/v1/revisions/{ns}/{group}/{service}` | `{"node": writer}`, written by every transaction that changes the service |
+//! | `P/v1/nodes/{name}` | `NodeRecord`, bound to the node's lease |
+//! | `P/v1/drains/{id}` | `DrainRecord`, bound to the draining node's lease |
+//! | `P/v1/drains/{id}/{node}` | `DrainAnswer`, bound to the answering node's lease |
 //!
 //! Each name segment is percent-encoded for `%`, `/` and `#` (and nothing else), so a key
 //! splits back unambiguously: segments on `/`, the cluster after the last `#`, the port after
@@ -17,7 +22,7 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 /// Version segment of the layout; a future incompatible layout gets `v2` beside it.
 pub const VERSION: &str = "v1";
 
-/// The three key spaces of durable state.
+/// The key spaces: three of durable state, four of cluster mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Space {
     /// Persistent instances.
@@ -26,11 +31,29 @@ pub enum Space {
     Services,
     /// Manual-offline marks.
     Offline,
+    /// Ephemeral instances (cluster mode), bound to node leases.
+    Ephemeral,
+    /// Per-service revision marks naming the writing node (cluster mode).
+    Revisions,
+    /// Node records (cluster mode).
+    Nodes,
+    /// Drains across nodes and their answers (cluster mode).
+    Drains,
 }
 
 impl Space {
-    /// Every space, in the order `load` reads them.
-    pub const ALL: [Space; 3] = [Space::Instances, Space::Services, Space::Offline];
+    /// The spaces of durable state, in the order `load` reads them.
+    pub const DURABLE: [Space; 3] = [Space::Instances, Space::Services, Space::Offline];
+    /// Every space.
+    pub const ALL: [Space; 7] = [
+        Space::Instances,
+        Space::Services,
+        Space::Offline,
+        Space::Ephemeral,
+        Space::Revisions,
+        Space::Nodes,
+        Space::Drains,
+    ];
 
     /// The path segment of the space.
     pub fn segment(self) -> &'static str {
@@ -38,6 +61,10 @@ impl Space {
             Space::Instances => "instances",
             Space::Services => "services",
             Space::Offline => "offline",
+            Space::Ephemeral => "ephemeral",
+            Space::Revisions => "revisions",
+            Space::Nodes => "nodes",
+            Space::Drains => "drains",
         }
     }
 }
@@ -62,8 +89,8 @@ impl Layout {
         format!("{}/{VERSION}/", self.prefix)
     }
 
-    /// The space a key of this layout belongs to; `None` for a key outside the three
-    /// (a later key space, another prefix).
+    /// The space a key of this layout belongs to; `None` for a key outside them (a later key
+    /// space, another prefix).
     pub fn space_of(&self, key: &str) -> Option<Space> {
         Space::ALL
             .into_iter()
@@ -80,8 +107,45 @@ impl Layout {
         format!("{}{}", self.space(Space::Services), service_path(service))
     }
 
-    /// Key of an instance (space [`Space::Instances`]) or of its offline mark
-    /// ([`Space::Offline`]).
+    /// Key of a service's revision mark.
+    pub fn revision(&self, service: &ServiceKey) -> String {
+        format!("{}{}", self.space(Space::Revisions), service_path(service))
+    }
+
+    /// Key of a node record.
+    pub fn node(&self, name: &str) -> String {
+        format!("{}{}", self.space(Space::Nodes), encode(name))
+    }
+
+    /// Key of a drain record (`node` `None`), or of `node`'s answer to it.
+    pub fn drain(&self, id: &str, node: Option<&str>) -> String {
+        match node {
+            None => format!("{}{}", self.space(Space::Drains), encode(id)),
+            Some(node) => format!(
+                "{}{}/{}",
+                self.space(Space::Drains),
+                encode(id),
+                encode(node)
+            ),
+        }
+    }
+
+    /// The node name of a node key.
+    pub fn parse_node(&self, key: &str) -> Option<String> {
+        decode(key.strip_prefix(&self.space(Space::Nodes))?)
+    }
+
+    /// The drain id, and the answering node for an answer key, of a drain key.
+    pub fn parse_drain(&self, key: &str) -> Option<(String, Option<String>)> {
+        let rest = key.strip_prefix(&self.space(Space::Drains))?;
+        match rest.split_once('/') {
+            None => Some((decode(rest)?, None)),
+            Some((id, node)) => Some((decode(id)?, Some(decode(node)?))),
+        }
+    }
+
+    /// Key of an instance (space [`Space::Instances`] or [`Space::Ephemeral`]) or of its
+    /// offline mark ([`Space::Offline`]).
     pub fn instance(&self, space: Space, service: &ServiceKey, key: &InstanceKey) -> String {
         format!(
             "{}{}/{}:{}#{}",
@@ -93,9 +157,17 @@ impl Layout {
         )
     }
 
-    /// The service of a key of [`Space::Services`]; `None` when the key is not one.
+    /// The service of a key of [`Space::Services`] (or, with [`parse_service_in`], of
+    /// [`Space::Revisions`]); `None` when the key is not one.
+    ///
+    /// [`parse_service_in`]: Self::parse_service_in
     pub fn parse_service(&self, key: &str) -> Option<ServiceKey> {
-        let rest = key.strip_prefix(&self.space(Space::Services))?;
+        self.parse_service_in(Space::Services, key)
+    }
+
+    /// The service of a key of `space` ([`Space::Services`] or [`Space::Revisions`]).
+    pub fn parse_service_in(&self, space: Space, key: &str) -> Option<ServiceKey> {
+        let rest = key.strip_prefix(&self.space(space))?;
         let parts: Vec<&str> = rest.split('/').collect();
         match parts[..] {
             [ns, group, service] => Some(ServiceKey {

@@ -64,39 +64,41 @@ impl EtcdStore {
     /// Errors: a `ttl` out of bounds or not whole seconds ([`StoreError::Io`] naming it);
     /// etcd does not grant it in time.
     pub fn grant_node_lease(&self, ttl: Duration) -> Result<NodeLease, StoreError> {
-        if !(MIN_TTL..=MAX_TTL).contains(&ttl) || ttl.subsec_nanos() != 0 {
-            return Err(StoreError::Io(format!(
-                "node lease ttl must be whole seconds, 2s-60s, got {ttl:?}"
-            )));
-        }
         let shared = self.shared();
-        let grant = {
-            let shared = shared.clone();
-            self.block(async move {
-                shared
-                    .call(shared.config.request_timeout, move |mut c| async move {
-                        c.lease_grant(ttl.as_secs() as i64, None).await
-                    })
-                    .await
-            })?
-        };
-        let id = grant.id();
-        let (tx, state) = watch::channel(LeaseState::Alive {
-            id,
-            ttl_s: grant.ttl(),
-            renewals: 1,
-        });
-        let handle = self.handle();
-        let task = handle.spawn(keep_alive(shared.clone(), id, ttl, tx));
-        Ok(NodeLease {
-            id,
-            ttl,
-            state,
-            task,
-            shared,
-            handle,
-        })
+        run_on(&self.handle(), async move { grant(&shared, ttl).await }).map_err(StoreError::Io)?
     }
+}
+
+/// Grants a lease of `ttl` and starts keeping it alive on the current runtime (the store's).
+///
+/// Errors: as [`EtcdStore::grant_node_lease`].
+pub(crate) async fn grant(shared: &Arc<Shared>, ttl: Duration) -> Result<NodeLease, StoreError> {
+    if !(MIN_TTL..=MAX_TTL).contains(&ttl) || ttl.subsec_nanos() != 0 {
+        return Err(StoreError::Io(format!(
+            "node lease ttl must be whole seconds, 2s-60s, got {ttl:?}"
+        )));
+    }
+    let grant = shared
+        .call(shared.config.request_timeout, move |mut c| async move {
+            c.lease_grant(ttl.as_secs() as i64, None).await
+        })
+        .await?;
+    let id = grant.id();
+    let (tx, state) = watch::channel(LeaseState::Alive {
+        id,
+        ttl_s: grant.ttl(),
+        renewals: 1,
+    });
+    let handle = tokio::runtime::Handle::current();
+    let task = handle.spawn(keep_alive(shared.clone(), id, ttl, tx));
+    Ok(NodeLease {
+        id,
+        ttl,
+        state,
+        task,
+        shared: shared.clone(),
+        handle,
+    })
 }
 
 impl std::fmt::Debug for NodeLease {

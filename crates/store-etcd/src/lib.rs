@@ -53,11 +53,13 @@ use gangway_core::model::{OfflineMark, ServiceSettings, StoredInstance};
 use gangway_store::{Contents, Store, StoreError, Write};
 use tokio::time::Instant;
 
+pub mod cluster;
 pub mod config;
 pub mod keys;
 pub mod lease;
 pub mod watch;
 
+pub use cluster::EtcdNode;
 pub use config::{ConfigError, EtcdConfig};
 pub use keys::{Layout, Space};
 pub use lease::{LeaseState, NodeLease};
@@ -81,6 +83,8 @@ pub struct EtcdStore {
     // An Option only so that Drop can shut it down without blocking (dropping a runtime inside
     // another runtime's task would panic).
     runtime: Option<tokio::runtime::Runtime>,
+    /// This node's part of the cluster, once [`EtcdStore::join`] made it.
+    pub(crate) node: std::sync::OnceLock<Arc<EtcdNode>>,
 }
 
 /// What the blocking store, the lease keep-alive and the watch task share.
@@ -91,6 +95,9 @@ pub(crate) struct Shared {
     preferred: AtomicUsize,
     pub(crate) layout: Layout,
     pub(crate) config: EtcdConfig,
+    /// The node name revision marks give (set by [`EtcdStore::join`]); unset, a batch writes
+    /// no revision marks.
+    pub(crate) writer: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -163,8 +170,10 @@ impl EtcdStore {
                 preferred: AtomicUsize::new(0),
                 layout: Layout::new(&config.prefix),
                 config,
+                writer: std::sync::OnceLock::new(),
             }),
             runtime: Some(runtime),
+            node: std::sync::OnceLock::new(),
         };
         // One cheap read: etcd answers with a leader, or connect fails here, not at the first
         // write.
@@ -250,37 +259,9 @@ impl Shared {
     async fn load_once(&self) -> Result<(Contents, i64), StoreError> {
         let mut revision = 0;
         let mut batch = Vec::new();
-        for space in Space::ALL {
-            let start = self.layout.space(space);
-            let end = prefix_end(start.as_bytes());
-            let mut from = start.into_bytes();
-            loop {
-                let mut options = GetOptions::new()
-                    .with_range(end.clone())
-                    .with_limit(self.config.page_size as i64);
-                if revision > 0 {
-                    options = options.with_revision(revision);
-                }
-                let key = from.clone();
-                let page = self
-                    .call(self.config.request_timeout, move |mut c| {
-                        let (key, options) = (key.clone(), options.clone());
-                        async move { c.get(key, Some(options)).await }
-                    })
-                    .await?;
-                if revision == 0 {
-                    revision = page.header().map_or(0, |h| h.revision());
-                }
-                for kv in page.kvs() {
-                    batch.push(self.decode(space, kv.key(), Some(kv.value()))?);
-                }
-                match page.kvs().last() {
-                    Some(last) if page.more() => {
-                        from = last.key().to_vec();
-                        from.push(0);
-                    }
-                    _ => break,
-                }
+        for space in Space::DURABLE {
+            for kv in self.read_space(space, &mut revision).await? {
+                batch.push(self.decode(space, kv.key(), Some(kv.value()))?);
             }
         }
         let mut contents = Contents::default();
@@ -300,6 +281,7 @@ impl Shared {
             Space::Instances => "etcd instances",
             Space::Services => "etcd services",
             Space::Offline => "etcd offline marks",
+            _ => "etcd",
         };
         let corrupt = |message: String| StoreError::Corrupt { table, message };
         let key = std::str::from_utf8(key)
@@ -338,6 +320,7 @@ impl Shared {
                 let mark: OfflineMark = serde_json::from_slice(value).map_err(json)?;
                 Write::PutOfflineMark(service, ikey, mark)
             }
+            _ => return Err(corrupt(format!("{key} is not durable state"))),
         })
     }
 
@@ -412,11 +395,27 @@ impl Store for EtcdStore {
     }
 
     fn apply(&self, batch: &[Write]) -> Result<(), StoreError> {
+        self.apply_at(batch).map(|_| ())
+    }
+
+    fn apply_at(&self, batch: &[Write]) -> Result<Option<i64>, StoreError> {
         // Last write per key wins, as applying them in order would leave it.
-        let final_values: BTreeMap<String, Option<String>> =
+        let mut final_values: BTreeMap<String, Option<String>> =
             batch.iter().map(|w| self.shared.encode(w)).collect();
         if final_values.is_empty() {
-            return Ok(());
+            return Ok(None);
+        }
+        // A cluster node names itself on the revision mark of every service it changes.
+        if let Some(writer) = self.shared.writer.get() {
+            let mark = json(&cluster::RevisionMark {
+                node: writer.clone(),
+            });
+            for write in batch {
+                final_values.insert(
+                    self.shared.layout.revision(write_service(write)),
+                    mark.clone(),
+                );
+            }
         }
         let max = self.shared.config.max_txn_ops;
         if final_values.len() > max {
@@ -438,14 +437,34 @@ impl Store for EtcdStore {
             shared
                 .call(shared.config.request_timeout, move |mut c| {
                     let txn = txn.clone();
-                    async move { c.txn(txn).await.map(|_| ()) }
+                    async move { c.txn(txn).await.map(|r| r.header().map(|h| h.revision())) }
                 })
                 .await
         })
     }
 
+    /// Half of etcd's `--max-txn-ops`: each write of a batch may add its service's revision
+    /// mark in cluster mode.
     fn max_batch(&self) -> Option<usize> {
-        Some(self.shared.config.max_txn_ops)
+        Some(self.shared.config.max_txn_ops / 2)
+    }
+
+    fn cluster(&self) -> Option<Arc<dyn gangway_store::Cluster>> {
+        self.node
+            .get()
+            .map(|n| n.clone() as Arc<dyn gangway_store::Cluster>)
+    }
+}
+
+/// The service a write changes.
+fn write_service(write: &Write) -> &gangway_core::model::ServiceKey {
+    match write {
+        Write::PutInstance(s, _)
+        | Write::DeleteInstance(s, _)
+        | Write::PutService(s, _)
+        | Write::DeleteService(s)
+        | Write::PutOfflineMark(s, _, _)
+        | Write::DeleteOfflineMark(s, _) => s,
     }
 }
 
@@ -495,7 +514,7 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// The JSON value of a put.
-fn json<T: serde::Serialize>(value: &T) -> Option<String> {
+pub(crate) fn json<T: serde::Serialize>(value: &T) -> Option<String> {
     Some(serde_json::to_string(value).expect("store types serialise to JSON"))
 }
 

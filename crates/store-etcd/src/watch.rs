@@ -22,9 +22,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use etcd_client::{EventType, WatchOptions};
+use gangway_core::model::ServiceKey;
+use gangway_store::cluster::{ClusterChange, ClusterEvent};
 use gangway_store::{Contents, StoreError, Write};
 use tokio::sync::mpsc;
 
+use crate::keys::Space;
 use crate::{EtcdStore, RETRY_FIRST, RETRY_MAX, Shared};
 
 /// Most events waiting for the consumer of a [`PrefixWatch`]: 256.
@@ -69,18 +72,66 @@ pub struct PrefixWatch {
 impl EtcdStore {
     /// Watches every change under the prefix from etcd revision `from` on (the revision of
     /// [`EtcdStore::load_at`] + 1 to follow a load). Returns at once; the watch runs on the
-    /// store's runtime until the [`PrefixWatch`] or the store is dropped.
+    /// store's runtime until the [`PrefixWatch`] or the store is dropped. Only durable state:
+    /// revisions that change none of it are left out.
     pub fn watch(&self, from: i64) -> PrefixWatch {
         let (tx, events) = mpsc::channel(WATCH_BUFFER);
         let counts = Arc::new(Counts::default());
-        let task = self
-            .handle()
-            .spawn(run(self.shared(), from.max(1), tx, counts.clone()));
+        let (cluster_tx, mut cluster) = mpsc::channel(WATCH_BUFFER);
+        let (_, renewed) = tokio::sync::watch::channel((0, 0));
+        let handle = self.handle();
+        let watch = handle.spawn(run_with(
+            self.shared(),
+            from.max(1),
+            cluster_tx,
+            renewed,
+            counts.clone(),
+        ));
+        let task = handle.spawn(async move {
+            let _watch = AbortOnDrop(watch);
+            while let Some(item) = cluster.recv().await {
+                let item = match item {
+                    Ok(ClusterEvent::Changes {
+                        revision, changes, ..
+                    }) => {
+                        let changes: Vec<Write> = changes
+                            .into_iter()
+                            .filter_map(|c| match c {
+                                ClusterChange::Durable(w) => Some(w),
+                                _ => None,
+                            })
+                            .collect();
+                        if changes.is_empty() {
+                            continue;
+                        }
+                        Ok(WatchEvent::Changes { revision, changes })
+                    }
+                    Ok(ClusterEvent::Relisted(all)) => Ok(WatchEvent::Relisted {
+                        revision: all.revision,
+                        contents: all.durable,
+                    }),
+                    Ok(ClusterEvent::LeaseRenewed { .. }) => continue,
+                    Err(e) => Err(e),
+                };
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+        });
         PrefixWatch {
             events,
             task,
             counts,
         }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -115,13 +166,26 @@ impl Drop for PrefixWatch {
     }
 }
 
+/// The cluster watch of [`EtcdNode`](crate::EtcdNode): from `next` until the receiver is
+/// gone, with [`ClusterEvent::LeaseRenewed`] when `renewed` changes.
+pub(crate) async fn run_cluster(
+    shared: Arc<Shared>,
+    next: i64,
+    tx: mpsc::Sender<Result<ClusterEvent, StoreError>>,
+    renewed: tokio::sync::watch::Receiver<(i64, i64)>,
+) {
+    run_with(shared, next, tx, renewed, Arc::new(Counts::default())).await
+}
+
 /// Watches from `next` (the first revision not yet delivered) until the receiver is gone.
-async fn run(
+async fn run_with(
     shared: Arc<Shared>,
     mut next: i64,
-    tx: mpsc::Sender<Result<WatchEvent, StoreError>>,
+    tx: mpsc::Sender<Result<ClusterEvent, StoreError>>,
+    mut renewed: tokio::sync::watch::Receiver<(i64, i64)>,
     counts: Arc<Counts>,
 ) {
+    renewed.borrow_and_update();
     let root = shared.layout.root();
     let mut pause = RETRY_FIRST;
     let mut first = true;
@@ -147,7 +211,21 @@ async fn run(
             }
         };
         loop {
-            let answer = match stream.message().await {
+            let answer = tokio::select! {
+                answer = stream.message() => answer,
+                changed = renewed.changed() => {
+                    if changed.is_err() {
+                        // The node is gone: no more renewals; keep watching.
+                        std::future::pending::<()>().await;
+                    }
+                    let (old, new) = *renewed.borrow_and_update();
+                    if tx.send(Ok(ClusterEvent::LeaseRenewed { old, new })).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let answer = match answer {
                 Ok(Some(answer)) => answer,
                 // Ended or broken: watch again from `next`, on the next endpoint.
                 _ => {
@@ -158,9 +236,9 @@ async fn run(
             pause = RETRY_FIRST;
             if answer.compact_revision() > 0 {
                 counts.relists.fetch_add(1, Ordering::Relaxed);
-                let item = shared.load_at().await.map(|(contents, revision)| {
-                    next = revision + 1;
-                    WatchEvent::Relisted { revision, contents }
+                let item = shared.load_cluster().await.map(|all| {
+                    next = all.revision + 1;
+                    ClusterEvent::Relisted(Box::new(all))
                 });
                 if tx.send(item).await.is_err() {
                     return;
@@ -171,7 +249,7 @@ async fn run(
                 break;
             }
             for item in changes(&shared, answer.events()) {
-                if let Ok(WatchEvent::Changes { revision, .. }) = &item {
+                if let Ok(ClusterEvent::Changes { revision, .. }) = &item {
                     next = revision + 1;
                 }
                 if tx.send(item).await.is_err() {
@@ -182,35 +260,69 @@ async fn run(
     }
 }
 
-/// The events of one watch answer as one [`WatchEvent::Changes`] per revision.
-fn changes(shared: &Shared, events: &[etcd_client::Event]) -> Vec<Result<WatchEvent, StoreError>> {
-    let mut out: Vec<Result<WatchEvent, StoreError>> = Vec::new();
-    let mut current: Option<(i64, Vec<Write>)> = None;
+/// One revision's changes as they gather.
+#[derive(Default)]
+struct Gathering {
+    revision: i64,
+    writer: Option<String>,
+    services: Vec<ServiceKey>,
+    changes: Vec<ClusterChange>,
+}
+
+impl Gathering {
+    fn event(self) -> ClusterEvent {
+        ClusterEvent::Changes {
+            revision: self.revision,
+            writer: self.writer,
+            services: self.services,
+            changes: self.changes,
+        }
+    }
+}
+
+/// The events of one watch answer as one [`ClusterEvent::Changes`] per revision.
+fn changes(
+    shared: &Shared,
+    events: &[etcd_client::Event],
+) -> Vec<Result<ClusterEvent, StoreError>> {
+    let mut out: Vec<Result<ClusterEvent, StoreError>> = Vec::new();
+    let mut current: Option<Gathering> = None;
     for event in events {
         let Some(kv) = event.kv() else { continue };
         let revision = kv.mod_revision();
-        if current.as_ref().is_some_and(|(r, _)| *r != revision) {
-            let (revision, changes) = current.take().expect("checked");
-            out.push(Ok(WatchEvent::Changes { revision, changes }));
+        if current.as_ref().is_some_and(|g| g.revision != revision) {
+            out.push(Ok(current.take().expect("checked").event()));
         }
-        let (_, changes) = current.get_or_insert_with(|| (revision, Vec::new()));
-        let Some(space) = std::str::from_utf8(kv.key())
+        let gathering = current.get_or_insert_with(|| Gathering {
+            revision,
+            ..Gathering::default()
+        });
+        let Some((space, key)) = std::str::from_utf8(kv.key())
             .ok()
-            .and_then(|k| shared.layout.space_of(k))
+            .and_then(|k| shared.layout.space_of(k).map(|s| (s, k)))
         else {
             continue;
         };
-        let value = match event.event_type() {
-            EventType::Put => Some(kv.value()),
-            EventType::Delete => None,
-        };
-        match shared.decode(space, kv.key(), value) {
-            Ok(write) => changes.push(write),
+        let put = matches!(event.event_type(), EventType::Put);
+        if let Some(service) = shared.service_of(space, key)
+            && !gathering.services.contains(&service)
+        {
+            gathering.services.push(service);
+        }
+        if space == Space::Revisions {
+            if put {
+                gathering.writer = Shared::writer_of(kv.value());
+            }
+            continue;
+        }
+        match shared.decode_change(space, kv, put) {
+            Ok(Some(change)) => gathering.changes.push(change),
+            Ok(None) => {}
             Err(e) => out.push(Err(e)),
         }
     }
-    if let Some((revision, changes)) = current {
-        out.push(Ok(WatchEvent::Changes { revision, changes }));
+    if let Some(g) = current {
+        out.push(Ok(g.event()));
     }
     out
 }

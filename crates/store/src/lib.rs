@@ -13,7 +13,10 @@ use std::sync::Mutex;
 
 use gangway_core::model::{InstanceKey, OfflineMark, ServiceKey, ServiceSettings, StoredInstance};
 
+pub mod cluster;
 pub mod conformance;
+
+pub use cluster::Cluster;
 
 /// One change to durable state.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +122,19 @@ pub trait Store: Send + Sync + 'static {
     /// still goes alone, and a backend may refuse it). The embedded stores have no bound; etcd
     /// takes at most `--max-txn-ops` operations (128 by default) in one transaction.
     fn max_batch(&self) -> Option<usize> {
+        None
+    }
+
+    /// Like [`apply`](Store::apply), and the store revision the batch was committed at
+    /// (`None`, the default, for a store without revisions: the embedded ones). A cluster
+    /// store returns it so that every node names the change by the same revision.
+    fn apply_at(&self, batch: &[Write]) -> Result<Option<i64>, StoreError> {
+        self.apply(batch).map(|()| None)
+    }
+
+    /// The cluster this store is shared in (docs/cluster.md), or `None` (the default): the
+    /// node is alone.
+    fn cluster(&self) -> Option<std::sync::Arc<dyn Cluster>> {
         None
     }
 }

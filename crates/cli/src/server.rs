@@ -64,6 +64,10 @@ pub struct ServerArgs {
     /// renewed every third of it; shown on /v1/health.
     #[arg(long, value_name = "DURATION")]
     pub etcd_lease_ttl: Option<Dur>,
+    /// With --store etcd: this node's name in the cluster (1-128 bytes, no spaces; default
+    /// the --http address, e.g. 127.0.0.1:8848). Shown on /v1/cluster and on drain reports.
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
     /// HTTP/2 keepalive ping interval on sessions.
     #[arg(long, default_value_t = Dur(config::DEFAULT_KEEPALIVE_INTERVAL), value_name = "DURATION")]
     pub keepalive_interval: Dur,
@@ -177,9 +181,9 @@ pub enum StoreKind {
 pub enum StoreChoice {
     /// redb in this directory.
     Redb(PathBuf),
-    /// etcd with this configuration, and a node lease of this TTL.
+    /// etcd with this configuration, a node lease of this TTL, and this node name.
     #[cfg(feature = "etcd")]
-    Etcd(gangway_store_etcd::EtcdConfig, Duration),
+    Etcd(gangway_store_etcd::EtcdConfig, Duration, String),
 }
 
 /// An opened store, and with etcd the node's lease.
@@ -190,6 +194,9 @@ pub struct OpenedStore {
     pub node_lease: Option<tokio::sync::watch::Receiver<gangway_wire::rest::NodeLease>>,
     /// Revokes the node lease (blocking; at most the etcd request timeout) at the stop.
     pub release: Option<Box<dyn FnOnce() + Send>>,
+    /// The node lease's TTL (`--store etcd`): how long a stopping node waits at most for
+    /// other nodes to take its instances over before it revokes its lease.
+    pub lease_ttl: Option<Duration>,
 }
 
 impl StoreChoice {
@@ -206,28 +213,30 @@ impl StoreChoice {
                     store: Arc::new(store),
                     node_lease: None,
                     release: None,
+                    lease_ttl: None,
                 })
             }
             #[cfg(feature = "etcd")]
-            StoreChoice::Etcd(config, ttl) => {
-                let (store, lease) = tokio::task::spawn_blocking(move || {
+            StoreChoice::Etcd(config, ttl, name) => {
+                let (store, node) = tokio::task::spawn_blocking(move || {
                     let store = gangway_store_etcd::EtcdStore::connect(config)?;
-                    let lease = store.grant_node_lease(ttl)?;
-                    Ok::<_, gangway_store::StoreError>((store, lease))
+                    let node = store.join(&name, ttl)?;
+                    Ok::<_, gangway_store::StoreError>((store, node))
                 })
                 .await
                 .context("etcd connect task")?
                 .context("--store etcd")?;
-                let node_lease = forward_lease(&lease);
-                tracing::info!(lease = %format!("{:016x}", lease.id()), "etcd node lease granted");
+                let node_lease = forward_lease(node.lease_state(), ttl);
+                tracing::info!(node = %gangway_store::Cluster::node(node.as_ref()), lease = %format!("{:016x}", gangway_store::Cluster::lease(node.as_ref())), "joined the cluster; etcd node lease granted");
                 Ok(OpenedStore {
                     store: Arc::new(store),
                     node_lease: Some(node_lease),
                     release: Some(Box::new(move || {
-                        if let Err(e) = lease.revoke() {
+                        if let Err(e) = node.leave() {
                             tracing::warn!(error = %e, "etcd node lease not revoked; it expires after its ttl");
                         }
                     })),
+                    lease_ttl: Some(ttl),
                 })
             }
         }
@@ -239,8 +248,8 @@ impl StoreChoice {
         match self {
             StoreChoice::Redb(dir) => format!("data-dir={}", dir.display()),
             #[cfg(feature = "etcd")]
-            StoreChoice::Etcd(c, _) => format!(
-                "store=etcd endpoints={} prefix={}",
+            StoreChoice::Etcd(c, _, name) => format!(
+                "store=etcd endpoints={} prefix={} node={name}",
                 c.endpoints.join(","),
                 c.prefix
             ),
@@ -252,35 +261,37 @@ impl StoreChoice {
 /// the lease's keep-alive.
 #[cfg(feature = "etcd")]
 fn forward_lease(
-    lease: &gangway_store_etcd::NodeLease,
+    mut states: tokio::sync::watch::Receiver<gangway_store_etcd::LeaseState>,
+    ttl: Duration,
 ) -> tokio::sync::watch::Receiver<gangway_wire::rest::NodeLease> {
     use gangway_store_etcd::LeaseState;
-    let (id, ttl_s) = (format!("{:016x}", lease.id()), lease.ttl().as_secs() as i64);
+    let ttl_s = ttl.as_secs() as i64;
     let show = move |state: &LeaseState| match state {
         LeaseState::Alive {
-            ttl_s, renewals, ..
+            id,
+            ttl_s,
+            renewals,
         } => gangway_wire::rest::NodeLease {
-            id: id.clone(),
+            id: format!("{id:016x}"),
             state: "alive".into(),
             ttl_s: *ttl_s,
             renewals: *renewals,
             reason: None,
         },
-        LeaseState::Lost { reason, .. } => gangway_wire::rest::NodeLease {
-            id: id.clone(),
+        LeaseState::Lost { id, reason } => gangway_wire::rest::NodeLease {
+            id: format!("{id:016x}"),
             state: "lost".into(),
             ttl_s,
             renewals: 0,
             reason: Some(reason.clone()),
         },
     };
-    let mut states = lease.subscribe();
-    let (tx, rx) = tokio::sync::watch::channel(show(&states.borrow()));
+    let (tx, rx) = tokio::sync::watch::channel(show(&states.borrow_and_update()));
     tokio::spawn(async move {
         while states.changed().await.is_ok() {
             let state = states.borrow_and_update().clone();
             if let LeaseState::Lost { reason, .. } = &state {
-                tracing::error!(%reason, "etcd node lease lost");
+                tracing::error!(%reason, "etcd node lease lost; granting a new one");
             }
             if tx.send(show(&state)).is_err() {
                 break;
@@ -375,6 +386,7 @@ impl ServerArgs {
                     ("--etcd-endpoints", self.etcd_endpoints.is_some()),
                     ("--etcd-prefix", self.etcd_prefix.is_some()),
                     ("--etcd-lease-ttl", self.etcd_lease_ttl.is_some()),
+                    ("--node-name", self.node_name.is_some()),
                 ] {
                     if set {
                         return Err(CliError::usage(
@@ -436,7 +448,14 @@ impl ServerArgs {
                 ),
             ));
         }
-        Ok(StoreChoice::Etcd(config, ttl))
+        let name = self.node_name.clone().unwrap_or_else(|| self.http.to_string());
+        if name.is_empty() || name.len() > 128 || name.contains(char::is_whitespace) {
+            return Err(CliError::usage(
+                "--node-name",
+                format!("--node-name must be 1-128 bytes without spaces, got {name:?}"),
+            ));
+        }
+        Ok(StoreChoice::Etcd(config, ttl, name))
     }
 
     /// Without --auth only loopback addresses are served, unless --insecure-no-auth says
@@ -628,6 +647,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let authority = config.security.authority.clone();
     let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     config.node_lease = opened.node_lease.clone();
+    // Held until the end: in cluster mode the store's runtime carries the watch that sees
+    // other nodes take this node's instances over after the stop.
+    let store_kept = opened.store.clone();
     let server = gangway_server::start(config.clone(), opened.store, http, grpc).await?;
     // The ports answer health (503 LOADING) while the store loads; the line below says that
     // everything is served.
@@ -667,11 +689,21 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let registry = server.registry.clone();
     let report = server.shutdown().await;
     if let Some(release) = opened.release {
-        // Revoked only after the stop: this node's keys go once it serves nothing.
+        // Cluster mode: the stop ended this node's sessions, so their clients reconnect to
+        // other nodes and re-register, taking the instances over under those nodes' leases.
+        // Revoking first would publish removals meanwhile: the lease is revoked once no record
+        // of this node is left, or after its TTL (when it would have expired anyway).
+        let wait = opened.lease_ttl.unwrap_or_default();
+        let deadline = tokio::time::Instant::now() + wait;
+        while registry.own_records() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let _ = tokio::task::spawn_blocking(release).await;
     }
+    drop(store_kept);
     let dropped = report.http.dropped + report.grpc.dropped;
     println!(
         "gangway server stopped in {} ms: {} connections closed, {dropped} dropped at the \
@@ -810,7 +842,7 @@ mod tests {
         .unwrap()
         .store_choice()
         .unwrap();
-        let super::StoreChoice::Etcd(c, ttl) = &choice else {
+        let super::StoreChoice::Etcd(c, ttl, _) = &choice else {
             panic!("{choice:?}")
         };
         assert_eq!(*ttl, Duration::from_secs(5));
@@ -821,7 +853,8 @@ mod tests {
         assert_eq!(c.prefix, "/gangway");
         assert_eq!(
             choice.describe(),
-            "store=etcd endpoints=http://127.0.0.1:2379,http://127.0.0.1:22379 prefix=/gangway"
+            "store=etcd endpoints=http://127.0.0.1:2379,http://127.0.0.1:22379 prefix=/gangway \
+             node=127.0.0.1:8848"
         );
         for (flags, says) in [
             (

@@ -525,6 +525,7 @@ async fn rejections_drain_and_deregister() {
         id: id.into(),
         address: "10.0.9.9:5000".into(),
         acked_revision: rev,
+        node: String::new(),
     };
     c1.reply(pb::Reply {
         request_id: m.request_id,
@@ -795,6 +796,7 @@ async fn ready_waits_for_the_registrys_wait_ready_and_is_resent_after_a_reconnec
                 id: "s-9".into(),
                 address: "127.0.0.1:7000".into(),
                 acked_revision: 6,
+                node: String::new(),
             }],
             laggards: vec![],
             notes: vec![],

@@ -14,6 +14,10 @@ pub struct SubscriberAck {
     pub address: String,
     /// Newest revision acked (0 = nothing yet).
     pub acked_revision: u64,
+    /// The gangway node holding it, in cluster mode (docs/cluster.md); empty for a single
+    /// node, and then left out of the JSON.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node: String,
 }
 
 /// The outcome of a drain (every live subscriber acked a revision *without* the instance) or
@@ -81,6 +85,7 @@ mod tests {
             id: id.into(),
             address: "127.0.0.1:1".into(),
             acked_revision: acked,
+            node: String::new(),
         }
     }
 

@@ -109,6 +109,7 @@ pub async fn start(
     }
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
+    registry.set_addresses(http_addr, grpc_addr);
 
     let nacos = nacos::Nacos::with_detection(
         registry.clone(),

@@ -138,6 +138,7 @@ fn ack(id: &str, address: &str, rev: u64) -> SubscriberAck {
         id: id.into(),
         address: address.into(),
         acked_revision: rev,
+        node: String::new(),
     }
 }
 
@@ -187,6 +188,7 @@ fn subscribers_show_who_is_behind() {
                 kind: "session".into(),
                 client_name: Some("checkout".into()),
                 acked_revision: 9,
+                node: String::new(),
                 acked_at_ms: Some(0),
                 pushed_revision: Some(9),
                 behind: 0,
@@ -198,6 +200,7 @@ fn subscribers_show_who_is_behind() {
                 kind: "poller".into(),
                 client_name: None,
                 acked_revision: 8,
+                node: String::new(),
                 acked_at_ms: None,
                 pushed_revision: None,
                 behind: 1,

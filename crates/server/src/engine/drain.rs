@@ -41,12 +41,33 @@ impl Registry {
         let (revision, _) = self.update(service, key, patch).await?;
         self.inner.metrics.drains_started.inc();
         let tracker = self.track_drain(service, key, revision, started, timeout);
-        let progress = self
-            .wait_acks(service, revision, started + timeout, None)
-            .await;
+        let deadline = started + timeout;
+        // Cluster mode: the other nodes wait for their own subscribers and answer.
+        let across = match self.written_revision(service, key, revision, deadline).await {
+            Some(written) => self.announce_drain(
+                service,
+                key,
+                written,
+                deadline.saturating_duration_since(Instant::now()),
+            ),
+            None => None,
+        };
+        let progress = self.wait_acks(service, revision, deadline, None).await;
+        let mut progress = self.name_progress(progress);
+        let mut unanswered = false;
+        let mut cluster_notes = Vec::new();
+        if let Some((id, asked)) = across {
+            let answers = self
+                .gather_answers(&id, &asked, deadline + super::cluster::ANSWER_GRACE)
+                .await;
+            progress.acked.extend(answers.acked);
+            progress.laggards.extend(answers.laggards);
+            unanswered = answers.unanswered;
+            cluster_notes = answers.notes;
+        }
         tracker.end(&progress);
         let waited = started.elapsed();
-        let complete = progress.is_complete();
+        let complete = progress.is_complete() && !unanswered;
         self.inner.metrics.drain_wait.observe(waited.as_secs_f64());
         if complete {
             self.inner.metrics.drains_complete.inc();
@@ -54,11 +75,14 @@ impl Registry {
             self.inner.metrics.drains_timed_out.inc();
         }
         let mut notes = common_notes(service, revision, waited, &progress);
+        notes.extend(cluster_notes);
         if let Some(note) = self.empty_list_note(service, key) {
             notes.push(note);
         }
         tracing::info!(%service, instance = %key, revision, waited_ms = waited.as_millis() as u64, complete, "drain");
-        Ok(report(revision, waited, progress, notes))
+        let mut report = report(revision, waited, progress, notes);
+        report.complete = complete;
+        Ok(report)
     }
 
     /// Whether `key` would enter the consumer view once enabled: healthy with a weight above
@@ -138,7 +162,7 @@ impl Registry {
     /// With `abandon`, the wait also wakes on every new revision of the service and ends at
     /// once with the progress so far when `abandon` holds (looked at under the state lock): a
     /// readiness wait whose instance left the view. A drain gives none and wakes on acks only.
-    async fn wait_acks(
+    pub(crate) async fn wait_acks(
         &self,
         service: &ServiceKey,
         revision: u64,

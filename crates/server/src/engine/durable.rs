@@ -143,25 +143,29 @@ async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, queue: Queue) {
         }
         let writes: Vec<Write> = jobs.iter_mut().flat_map(|j| j.writes.drain(..)).collect();
         let result = if writes.is_empty() {
-            Ok(())
+            Ok(None)
         } else {
             let store = store.clone();
-            match tokio::task::spawn_blocking(move || store.apply(&writes)).await {
+            match tokio::task::spawn_blocking(move || store.apply_at(&writes)).await {
                 Ok(result) => result.map_err(RegistryError::from),
                 Err(e) => Err(RegistryError::Internal(format!("store task failed: {e}"))),
             }
         };
         match (result, inner.upgrade()) {
-            (Ok(()), Some(inner)) => {
+            (Ok(revision), Some(inner)) => {
                 let registry = Registry { inner };
                 let mut state = registry.lock();
+                // Cluster mode: the changes are published at the store's revision.
+                if let (Some(revision), Some(c)) = (revision, state.cluster.as_mut()) {
+                    c.seen = c.seen.max(revision);
+                }
                 for job in jobs {
                     (job.finish)(Ok(&mut state));
                 }
                 drop(state);
                 registry.inner.metrics.store_batches.inc();
             }
-            (Ok(()), None) => {} // the registry is gone: nobody waits for memory
+            (Ok(_), None) => {} // the registry is gone: nobody waits for memory
             (Err(e), _) => {
                 for job in jobs {
                     (job.finish)(Err(e.clone()));

@@ -469,6 +469,19 @@ impl Registry {
             .get_mut(service)
             .and_then(|s| s.instances.get_mut(key))
             .ok_or_else(|| not_found(service, key))?;
+        let mut taken_over = false;
+        if let Liveness::Remote(remote) = &entry.liveness
+            && remote.keeper == gangway_store::cluster::Keeper::Lease
+        {
+            // Cluster mode: the client's heartbeats moved to this node, which keeps the lease
+            // from now on (its record is written under this node's lease).
+            entry.liveness = Liveness::Lease(Lease {
+                last_heartbeat: Instant::now(),
+                ttl: self.inner.config.liveness.lease_ttl,
+                delete_timeout: self.inner.config.liveness.lease_delete_timeout,
+            });
+            taken_over = true;
+        }
         let Liveness::Lease(lease) = &mut entry.liveness else {
             return Err(RegistryError::NotLeaseKept {
                 service: service.clone(),
@@ -480,7 +493,7 @@ impl Registry {
         let ttl = lease.ttl;
         let deadline = lease.last_heartbeat + ttl;
         state.leases.push(deadline, service, key);
-        if state.modify(service, key, |i| i.healthy = true)? {
+        if state.modify(service, key, |i| i.healthy = true)? || taken_over {
             state.publish(service, Changed::Keys(vec![key.clone()]));
         }
         Ok(ttl)
@@ -562,6 +575,15 @@ fn deletable(
     let entry = state.entry(service, key)?;
     if let (Liveness::Session(owner), false) = (&entry.liveness, force) {
         return Err(state.owned_error(service, key, owner));
+    }
+    if let (Liveness::Remote(remote), false) = (&entry.liveness, force)
+        && remote.keeper == gangway_store::cluster::Keeper::Session
+    {
+        return Err(RegistryError::OwnedBySession {
+            service: service.clone(),
+            instance: key.clone(),
+            owner: format!("a session on node {}", remote.node),
+        });
     }
     Ok(!entry.instance.ephemeral)
 }

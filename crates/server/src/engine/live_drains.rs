@@ -120,6 +120,7 @@ impl State {
                     id: id.clone(),
                     address: s.info.address.clone(),
                     acked_revision: s.acked_revision,
+                    node: String::new(),
                 })
             })
             .collect()

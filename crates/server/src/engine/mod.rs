@@ -29,6 +29,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 
 mod background;
+mod cluster;
 mod drain;
 mod durable;
 mod error;
@@ -45,6 +46,7 @@ mod subscribers;
 #[cfg(test)]
 mod tests;
 
+pub use cluster::{ClusterInfo, NodeInfo, Remote};
 pub use drain::DrainReport;
 pub use error::RegistryError;
 pub use live_drains::{Activity, DrainProgress, DrainState, LAGGARDS_LISTED, RECENT_DRAINS};
@@ -76,16 +78,20 @@ pub enum Liveness {
         /// another client is a new process, which a drain's offline does not follow.
         client_id: String,
     },
+    /// Ephemeral, kept by a session or lease on another node of the cluster (docs/cluster.md):
+    /// it goes when that node's store record goes.
+    Remote(cluster::Remote),
 }
 
 impl Liveness {
-    /// `"session"`, `"lease"`, `"probe"` or `"grace"`.
+    /// `"session"`, `"lease"`, `"probe"`, `"grace"` or `"remote"`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Liveness::Session(_) => "session",
             Liveness::Lease(_) => "lease",
             Liveness::Probe(_) => "probe",
             Liveness::Grace { .. } => "grace",
+            Liveness::Remote(_) => "remote",
         }
     }
 }
@@ -194,6 +200,10 @@ pub(crate) struct Inner {
     pub(crate) metrics: Metrics,
     probes: Mutex<HashMap<(ServiceKey, InstanceKey), tokio::task::AbortHandle>>,
     next_id: AtomicU64,
+    /// The cluster this node is part of (docs/cluster.md), `None`: alone.
+    pub(crate) cluster: Option<Arc<dyn gangway_store::Cluster>>,
+    /// The REST and gRPC addresses served, and the start (unix ms), once `start` bound them.
+    pub(crate) addresses: std::sync::OnceLock<(std::net::SocketAddr, std::net::SocketAddr, u64)>,
 }
 
 /// Where loading the store stands.
@@ -243,7 +253,7 @@ impl Registry {
     ) -> Result<Self, RegistryError> {
         let contents = store.load()?;
         let registry = Self::empty(store, config, metrics);
-        registry.load(contents);
+        registry.load(contents, None);
         Ok(registry)
     }
 
@@ -255,13 +265,40 @@ impl Registry {
     pub fn start_loading(store: Arc<dyn Store>, config: Config, metrics: Metrics) -> Self {
         let registry = Self::empty(store.clone(), config, metrics);
         let loader = registry.clone();
+        if let Some(cluster) = registry.inner.cluster.clone() {
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let read = {
+                    let cluster = cluster.clone();
+                    tokio::task::spawn_blocking(move || cluster.load()).await
+                };
+                match read {
+                    Ok(Ok(all)) => {
+                        let revision = all.revision;
+                        loader.load_cluster(all);
+                        loader.spawn_follower(cluster.clone(), revision);
+                        loader.spawn_replicator(cluster);
+                        tracing::info!(
+                            revision,
+                            ms = started.elapsed().as_millis() as u64,
+                            "cluster store loaded"
+                        );
+                    }
+                    Ok(Err(e)) => loader.load_failed(e.into()),
+                    Err(e) => {
+                        loader.load_failed(RegistryError::Internal(format!("load task: {e}")))
+                    }
+                }
+            });
+            return registry;
+        }
         tokio::spawn(async move {
             let started = Instant::now();
             let read = tokio::task::spawn_blocking(move || store.load()).await;
             match read {
                 Ok(Ok(contents)) => {
                     let instances: usize = contents.instances.values().map(|m| m.len()).sum();
-                    loader.load(contents);
+                    loader.load(contents, None);
                     tracing::info!(
                         instances,
                         ms = started.elapsed().as_millis() as u64,
@@ -281,9 +318,14 @@ impl Registry {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
+        let cluster = store.cluster();
         let state = State {
-            revision: boot_micros,
+            // In cluster mode revisions are the store's (docs/cluster.md).
+            revision: if cluster.is_some() { 0 } else { boot_micros },
             session_limits: config.session_limits,
+            cluster: cluster
+                .as_ref()
+                .map(|c| cluster::ClusterState::new(c.node().to_owned())),
             ..State::default()
         };
         let holds = hold::Holds {
@@ -304,15 +346,22 @@ impl Registry {
                 probes: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 config,
+                cluster,
+                addresses: std::sync::OnceLock::new(),
             }),
         };
         queue.start(store, Arc::downgrade(&registry.inner));
         registry
     }
 
-    /// Fills the state from the store's contents (one revision per service), then starts
-    /// probes and background work and ends the loading.
-    fn load(&self, contents: gangway_store::Contents) {
+    /// Fills the state from the store's contents (one revision per service: the store's for
+    /// each service in cluster mode, `revisions`), then starts probes and background work and
+    /// ends the loading.
+    fn load(
+        &self,
+        contents: gangway_store::Contents,
+        revisions: Option<&BTreeMap<ServiceKey, i64>>,
+    ) {
         let mut persistent = Vec::new();
         {
             let mut state = self.lock();
@@ -338,7 +387,16 @@ impl Registry {
                     persistent.push((svc.clone(), instance.key.clone(), stored.probe.clone()));
                     state.insert(&svc, instance, Liveness::Probe(stored.probe), stored.owner);
                 }
-                state.publish(&svc, Changed::All);
+                if revisions.is_none() {
+                    state.publish(&svc, Changed::All);
+                }
+            }
+            if let Some(revisions) = revisions {
+                let services: Vec<ServiceKey> = state.services.keys().cloned().collect();
+                for svc in services {
+                    let revision = revisions.get(&svc).copied().unwrap_or(0).max(1) as u64;
+                    state.publish_at(&svc, Changed::All, revision);
+                }
             }
         }
         for (svc, key, spec) in persistent {

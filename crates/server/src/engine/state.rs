@@ -76,6 +76,8 @@ pub(crate) struct State {
     pub(crate) drains: LiveDrains,
     /// Acks and subscriber arrivals and departures seen (see [`Registry::activity`]).
     pub(crate) acks_seen: u64,
+    /// Cluster mode's part (docs/cluster.md); `None` for a node alone.
+    pub(crate) cluster: Option<super::cluster::ClusterState>,
 }
 
 /// What a [`Reservation`] holds.
@@ -130,11 +132,57 @@ impl State {
 
     /// Gives the service a new revision for `changed` and wakes its subscribers. Returns the
     /// revision. O(1): the view is not rebuilt.
+    ///
+    /// Alone, the revision is one global counter's next value. In cluster mode it is the
+    /// store's revision being applied (or one above the service's, if that is not higher:
+    /// revisions only grow), and the changed instances are marked for the replicator.
     pub(crate) fn publish(&mut self, key: &ServiceKey, changed: Changed) -> u64 {
-        self.revision += 1;
-        let revision = self.revision;
-        self.service(key).publish(revision, changed);
+        let revision = match &self.cluster {
+            None => {
+                self.revision += 1;
+                self.revision
+            }
+            Some(c) => {
+                let current = self.services.get(key).map_or(0, |s| s.revision);
+                (current + 1).max(c.seen.max(0) as u64)
+            }
+        };
+        self.publish_at(key, changed, revision);
         revision
+    }
+
+    /// [`publish`](Self::publish) at a given revision (cluster mode's load).
+    pub(crate) fn publish_at(&mut self, key: &ServiceKey, changed: Changed, revision: u64) {
+        if self.cluster.is_some() {
+            let keys: Vec<InstanceKey> = match &changed {
+                Changed::Keys(keys) => keys.clone(),
+                Changed::All => {
+                    let mut keys: Vec<InstanceKey> = self
+                        .services
+                        .get(key)
+                        .map(|s| {
+                            s.instances
+                                .iter()
+                                .filter(|(_, e)| !matches!(e.liveness, Liveness::Probe(_)))
+                                .map(|(k, _)| k.clone())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let c = self.cluster.as_ref().expect("checked");
+                    keys.extend(
+                        c.known
+                            .keys()
+                            .filter(|(s, _)| s == key)
+                            .map(|(_, k)| k.clone()),
+                    );
+                    keys
+                }
+            };
+            let c = self.cluster.as_mut().expect("checked");
+            c.mark(key, keys);
+        }
+        self.revision = self.revision.max(revision);
+        self.service(key).publish(revision, changed);
     }
 
     pub(crate) fn check_kind(&self, key: &ServiceKey, kind: Kind) -> Result<(), RegistryError> {
@@ -179,6 +227,36 @@ impl State {
             .services
             .get(service)
             .and_then(|s| s.instances.get(&instance.key));
+        if let Some(Entry {
+            liveness: Liveness::Remote(remote),
+            ..
+        }) = existing
+            && remote.keeper == gangway_store::cluster::Keeper::Session
+        {
+            // Another node's session keeps it: the same client (a reconnect to this node) takes
+            // it over; another client is refused while that node is in the cluster.
+            let same_client = match liveness {
+                Liveness::Session(id) => self
+                    .sessions
+                    .get(id)
+                    .is_some_and(|s| !s.client_id.is_empty() && s.client_id == remote.client_id),
+                _ => false,
+            };
+            let node_alive = self
+                .cluster
+                .as_ref()
+                .is_some_and(|c| c.nodes.contains_key(&remote.node));
+            if !same_client && node_alive {
+                return Err(RegistryError::OwnedBySession {
+                    service: service.clone(),
+                    instance: instance.key.clone(),
+                    owner: format!(
+                        "a session on node {} (client id {:?})",
+                        remote.node, remote.client_id
+                    ),
+                });
+            }
+        }
         if let Some(Entry {
             liveness: Liveness::Session(owner),
             ..
@@ -419,7 +497,7 @@ impl State {
                 self.leases
                     .push(lease.last_heartbeat + lease.ttl, key, &instance_key);
             }
-            Liveness::Probe(_) | Liveness::Grace { .. } => {}
+            Liveness::Probe(_) | Liveness::Grace { .. } | Liveness::Remote(_) => {}
         }
         let old = self.service(key).upsert(Entry {
             instance,

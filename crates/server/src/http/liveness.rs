@@ -22,8 +22,8 @@ pub(super) struct LivenessList {
     instances: Vec<KeptJson>,
 }
 
-/// One instance and its keeper. Exactly one of `session`, `lease`, `probe`, `grace` is set,
-/// the one `liveness` names.
+/// One instance and its keeper. Exactly one of `session`, `lease`, `probe`, `grace`, `node`
+/// is set, the one `liveness` names (`node`: `remote`, kept on that node of the cluster).
 #[derive(Serialize)]
 struct KeptJson {
     #[serde(flatten)]
@@ -43,6 +43,8 @@ struct KeptJson {
     probe: Option<ProbeSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
     grace: Option<GraceJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -70,7 +72,7 @@ fn ms(d: std::time::Duration) -> u64 {
 
 fn kept_json(kept: Kept, now: Instant) -> KeptJson {
     let entry = kept.entry;
-    let (mut lease, mut probe, mut grace) = (None, None, None);
+    let (mut lease, mut probe, mut grace, mut node) = (None, None, None, None);
     match &entry.liveness {
         Liveness::Session(_) => {}
         Liveness::Lease(l) => {
@@ -86,6 +88,7 @@ fn kept_json(kept: Kept, now: Instant) -> KeptJson {
                 ends_in_ms: ms(until.saturating_duration_since(now)),
             })
         }
+        Liveness::Remote(r) => node = Some(r.node.clone()),
     }
     KeptJson {
         state: entry.instance.state_name(),
@@ -100,6 +103,7 @@ fn kept_json(kept: Kept, now: Instant) -> KeptJson {
         lease,
         probe,
         grace,
+        node,
         instance: entry.instance,
     }
 }

@@ -143,6 +143,7 @@ pub fn router(registry: Registry, prometheus: prometheus_client::registry::Regis
         .route("/v1/services/{service}/watch", get(watch))
         .route("/v1/services/{service}/liveness", get(liveness::liveness))
         .route("/v1/drains", get(drains::drains))
+        .route("/v1/cluster", get(cluster))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /v1/openapi.json") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -236,6 +237,23 @@ async fn health(State(s): State<AppState>) -> Response {
     } else {
         body.into_response()
     }
+}
+
+/// `GET /v1/cluster` (docs/cluster.md): the nodes of the cluster as this node sees it, with
+/// their store lease, sessions and subscribers; `{"mode": "single", "nodes": []}` for a node
+/// alone. Rule `read` (any namespace): anonymous callers are refused when auth is on.
+async fn cluster(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    allow_listing(&caller, &None, &[])?;
+    Ok(match s.registry.cluster() {
+        Some(info) => Json(serde_json::json!({
+            "mode": "cluster",
+            "node": info.node,
+            "revision": info.revision,
+            "nodes": info.nodes,
+        }))
+        .into_response(),
+        None => Json(serde_json::json!({"mode": "single", "nodes": []})).into_response(),
+    })
 }
 
 /// `"off"`, `"on"` or `"mutual"` (client certificates required).

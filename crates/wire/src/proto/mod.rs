@@ -132,6 +132,7 @@ pub fn ack_to_pb(a: &SubscriberAck) -> pb::SubscriberAck {
         id: a.id.clone(),
         address: a.address.clone(),
         acked_revision: a.acked_revision,
+        node: a.node.clone(),
     }
 }
 
@@ -141,6 +142,7 @@ pub fn ack_from_pb(a: pb::SubscriberAck) -> SubscriberAck {
         id: a.id,
         address: a.address,
         acked_revision: a.acked_revision,
+        node: a.node,
     }
 }
 

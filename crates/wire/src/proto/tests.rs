@@ -119,6 +119,7 @@ fn a_drain_report_round_trips() {
         id: id.into(),
         address: "127.0.0.1:1".into(),
         acked_revision: rev,
+        node: String::new(),
     };
     let report = DrainReport {
         revision: 9,

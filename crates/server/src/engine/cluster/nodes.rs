@@ -1,0 +1,154 @@
+//! This node's record in the cluster and the cluster's membership (`GET /v1/cluster`): every
+//! node writes its record, bound to its lease, at start, after a new lease, and every
+//! [`REFRESH`] when its counts of sessions or subscribers changed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gangway_store::Cluster;
+use gangway_store::cluster::NodeRecord;
+use serde::Serialize;
+
+use super::super::{Registry, now_ms};
+
+/// How often a node looks whether its record's counts changed: 2 s.
+pub const REFRESH: Duration = Duration::from_secs(2);
+
+/// One node as `GET /v1/cluster` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeInfo {
+    /// Its name.
+    pub name: String,
+    /// Its REST address.
+    pub http: String,
+    /// Its gRPC address.
+    pub grpc: String,
+    /// Its store lease, hex (as etcdctl shows it).
+    pub lease: String,
+    /// Unix ms when it started.
+    pub started_ms: u64,
+    /// Its open sessions (for another node: as its record last said).
+    pub sessions: usize,
+    /// Its live subscribers (likewise).
+    pub subscribers: usize,
+    /// This is the node that answered.
+    pub this: bool,
+}
+
+/// The cluster as one node sees it (`GET /v1/cluster`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClusterInfo {
+    /// The answering node's name.
+    pub node: String,
+    /// The newest store revision it applied.
+    pub revision: i64,
+    /// Every node, this one first, then by name.
+    pub nodes: Vec<NodeInfo>,
+}
+
+fn info(r: &NodeRecord, this: bool) -> NodeInfo {
+    NodeInfo {
+        name: r.name.clone(),
+        http: r.http.clone(),
+        grpc: r.grpc.clone(),
+        lease: format!("{:016x}", r.lease),
+        started_ms: r.started_ms,
+        sessions: r.sessions,
+        subscribers: r.subscribers,
+        this,
+    }
+}
+
+impl Registry {
+    /// The cluster as this node sees it; `None` without cluster mode.
+    pub fn cluster(&self) -> Option<ClusterInfo> {
+        let cluster = self.inner.cluster.as_ref()?;
+        let me = self.node_record(cluster.as_ref())?;
+        let state = self.lock();
+        let c = state.cluster.as_ref()?;
+        let mut nodes = vec![info(&me, true)];
+        nodes.extend(c.nodes.values().map(|r| info(r, false)));
+        Some(ClusterInfo {
+            node: c.node.clone(),
+            revision: c.seen,
+            nodes,
+        })
+    }
+
+    /// This node's record now.
+    fn node_record(&self, cluster: &dyn Cluster) -> Option<NodeRecord> {
+        let (http, grpc, started_ms) = self.inner.addresses.get()?.clone();
+        let state = self.lock();
+        Some(NodeRecord {
+            name: cluster.node().to_owned(),
+            http: http.to_string(),
+            grpc: grpc.to_string(),
+            lease: cluster.lease(),
+            started_ms,
+            sessions: state.sessions.len(),
+            subscribers: state.subscribers.len(),
+        })
+    }
+
+    /// Tells the engine the addresses it serves on (for its node record) and, in cluster
+    /// mode, writes the record and keeps it current. Called once, by `start`.
+    pub fn set_addresses(&self, http: SocketAddr, grpc: SocketAddr) {
+        if self.inner.addresses.set((http, grpc, now_ms())).is_err() {
+            return;
+        }
+        let Some(cluster) = self.inner.cluster.clone() else {
+            return;
+        };
+        self.write_node_record(&cluster);
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                tokio::time::sleep(REFRESH).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let registry = Registry { inner };
+                let counts = {
+                    let state = registry.lock();
+                    (state.sessions.len(), state.subscribers.len())
+                };
+                if last != Some(counts) {
+                    last = Some(counts);
+                    registry.write_node_record(&cluster);
+                }
+            }
+        });
+    }
+
+    /// Writes this node's record (in the background).
+    pub(crate) fn write_node_record(&self, cluster: &Arc<dyn Cluster>) {
+        let Some(record) = self.node_record(cluster.as_ref()) else {
+            return;
+        };
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = cluster.put_node(&record) {
+                tracing::warn!(error = %e, "this node's record not written");
+            }
+        });
+    }
+
+    /// Records in the store that name this node (0 without cluster mode): a stopping node
+    /// waits for other nodes to take them over before it revokes its lease.
+    pub fn own_records(&self) -> usize {
+        let state = self.lock();
+        state.cluster.as_ref().map_or(0, |c| {
+            c.known
+                .values()
+                .filter(|e| e.record.node == c.node)
+                .count()
+        })
+    }
+
+    /// Wakes what waits on the cluster's changes (drains waiting for answers).
+    pub(crate) fn notify_cluster(&self) {
+        if let Some(c) = self.lock().cluster.as_ref() {
+            c.answers_tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}

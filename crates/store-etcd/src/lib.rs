@@ -405,6 +405,13 @@ impl Store for EtcdStore {
         if final_values.is_empty() {
             return Ok(None);
         }
+        let max = self.max_batch().unwrap_or(usize::MAX);
+        if final_values.len() > max {
+            return Err(StoreError::TooLarge {
+                writes: final_values.len(),
+                max,
+            });
+        }
         // A cluster node names itself on the revision mark of every service it changes.
         if let Some(writer) = self.shared.writer.get() {
             let mark = json(&cluster::RevisionMark {
@@ -416,13 +423,6 @@ impl Store for EtcdStore {
                     mark.clone(),
                 );
             }
-        }
-        let max = self.shared.config.max_txn_ops;
-        if final_values.len() > max {
-            return Err(StoreError::TooLarge {
-                writes: final_values.len(),
-                max,
-            });
         }
         let ops: Vec<TxnOp> = final_values
             .into_iter()

@@ -186,6 +186,8 @@ async fn run_with(
     counts: Arc<Counts>,
 ) {
     renewed.borrow_and_update();
+    // False once the lease keeper is gone (or for a watch of durable state only).
+    let mut renewals = true;
     let root = shared.layout.root();
     let mut pause = RETRY_FIRST;
     let mut first = true;
@@ -213,10 +215,11 @@ async fn run_with(
         loop {
             let answer = tokio::select! {
                 answer = stream.message() => answer,
-                changed = renewed.changed() => {
+                changed = renewed.changed(), if renewals => {
                     if changed.is_err() {
-                        // The node is gone: no more renewals; keep watching.
-                        std::future::pending::<()>().await;
+                        // No lease keeper: no more renewals; keep watching.
+                        renewals = false;
+                        continue;
                     }
                     let (old, new) = *renewed.borrow_and_update();
                     if tx.send(Ok(ClusterEvent::LeaseRenewed { old, new })).await.is_err() {

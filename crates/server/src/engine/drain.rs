@@ -43,7 +43,10 @@ impl Registry {
         let tracker = self.track_drain(service, key, revision, started, timeout);
         let deadline = started + timeout;
         // Cluster mode: the other nodes wait for their own subscribers and answer.
-        let across = match self.written_revision(service, key, revision, deadline).await {
+        let written = self
+            .written_revision(service, key, revision, deadline)
+            .await;
+        let across = match written {
             Some(written) => self.announce_drain(
                 service,
                 key,
@@ -52,6 +55,8 @@ impl Registry {
             ),
             None => None,
         };
+        // Cluster mode: the report names the store's revision, as every node does.
+        let revision = written.map_or(revision, |w| (w as u64).max(revision));
         let progress = self.wait_acks(service, revision, deadline, None).await;
         let mut progress = self.name_progress(progress);
         let mut unanswered = false;

@@ -493,6 +493,7 @@ impl Registry {
         let ttl = lease.ttl;
         let deadline = lease.last_heartbeat + ttl;
         state.leases.push(deadline, service, key);
+        super::cluster::heartbeat_seen(&mut state, service, key);
         if state.modify(service, key, |i| i.healthy = true)? || taken_over {
             state.publish(service, Changed::Keys(vec![key.clone()]));
         }

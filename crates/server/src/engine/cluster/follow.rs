@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use gangway_core::model::{InstanceKey, ProbeSpec, ServiceKey};
 use gangway_store::Cluster;
-use gangway_store::cluster::{ClusterChange, ClusterContents, ClusterEvent, EphemeralEntry};
 use gangway_store::Write;
+use gangway_store::cluster::{ClusterChange, ClusterContents, ClusterEvent, EphemeralEntry};
 use tokio::time::Instant;
 
 use super::super::service::Changed;
@@ -75,7 +75,9 @@ impl Registry {
                 let registry = Registry { inner };
                 match event {
                     Ok(event) => registry.follow(&cluster, event).await,
-                    Err(e) => tracing::warn!(error = %e, "a change in the store could not be read; skipped"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a change in the store could not be read; skipped")
+                    }
                 }
             }
         });
@@ -97,7 +99,7 @@ impl Registry {
                 let after = {
                     let mut state = self.lock();
                     let after = if mine {
-                        own_echo(&mut state, revision, &services);
+                        own_echo(&mut state, revision);
                         Aftermath::default()
                     } else {
                         apply_changes(&mut state, revision, writer.as_deref(), &services, changes)
@@ -117,7 +119,10 @@ impl Registry {
                 }
             }
             ClusterEvent::Relisted(all) => {
-                tracing::warn!(revision = all.revision, "the store's history was compacted past this node's watch: re-listed");
+                tracing::warn!(
+                    revision = all.revision,
+                    "the store's history was compacted past this node's watch: re-listed"
+                );
                 let after = {
                     let mut state = self.lock();
                     relist(&mut state, *all)
@@ -152,19 +157,11 @@ impl Registry {
     }
 }
 
-/// This node's own transaction came back: its services take the store's revision.
-fn own_echo(state: &mut State, revision: i64, services: &[ServiceKey]) {
+/// This node's own transaction came back: the view has it already (the committer or the
+/// replicator published it at this revision).
+fn own_echo(state: &mut State, revision: i64) {
     let c = state.cluster.as_mut().expect("cluster mode");
     c.seen = c.seen.max(revision);
-    for svc in services {
-        let behind = state
-            .services
-            .get(svc)
-            .is_some_and(|s| s.revision < revision as u64);
-        if behind {
-            state.publish(svc, Changed::Keys(Vec::new()));
-        }
-    }
 }
 
 /// Applies another node's changes of one revision.
@@ -329,6 +326,7 @@ fn apply_ephemeral(
         current,
         Some(Liveness::Session(_) | Liveness::Lease(_) | Liveness::Grace { .. })
     );
+    let live_session = matches!(current, Some(Liveness::Session(_)));
     let c = state.cluster.as_mut().expect("cluster mode");
     let id = (svc.clone(), key.clone());
     match entry {
@@ -360,10 +358,13 @@ fn apply_ephemeral(
         None => {
             c.known.remove(&id);
             if own && writer.is_none() {
-                // This node's lease went: write it again under the new one (checked against
-                // the key being absent).
-                c.dirty.insert(id);
-                c.wake.notify_one();
+                // This node's lease went. A live session's instance is written again under the
+                // new lease (checked against the key being absent); a heartbeat-kept one at its
+                // next heartbeat; one in stall grace stays only here until its grace ends.
+                if live_session {
+                    c.dirty.insert(id);
+                    c.wake.notify_one();
+                }
             } else if current.is_some() && !matches!(current, Some(Liveness::Probe(_))) {
                 state.remove(svc, &key);
             }
@@ -411,10 +412,7 @@ fn relist(state: &mut State, all: ClusterContents) -> Aftermath {
             .instances
             .iter()
             .filter(|(k, e)| match &e.liveness {
-                Liveness::Remote(_) => !all
-                    .ephemeral
-                    .get(svc)
-                    .is_some_and(|m| m.contains_key(*k)),
+                Liveness::Remote(_) => !all.ephemeral.get(svc).is_some_and(|m| m.contains_key(*k)),
                 Liveness::Probe(_) => !all
                     .durable
                     .instances

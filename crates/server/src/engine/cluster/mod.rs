@@ -25,6 +25,7 @@ mod replicate;
 
 pub use drains::ANSWER_GRACE;
 pub use nodes::{ClusterInfo, NodeInfo};
+pub(crate) use replicate::heartbeat_seen;
 
 /// Who keeps an instance of another node alive: that node's session or lease.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +81,11 @@ impl ClusterState {
     }
 
     /// Marks instances of `service` for the replicator.
-    pub(crate) fn mark(&mut self, service: &ServiceKey, keys: impl IntoIterator<Item = InstanceKey>) {
+    pub(crate) fn mark(
+        &mut self,
+        service: &ServiceKey,
+        keys: impl IntoIterator<Item = InstanceKey>,
+    ) {
         let before = self.dirty.len();
         self.dirty
             .extend(keys.into_iter().map(|k| (service.clone(), k)));

@@ -17,6 +17,7 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 use gangway_store::Cluster;
 use gangway_store::cluster::{EphemeralOutcome, EphemeralRecord, EphemeralWrite, Keeper};
 
+use super::super::service::Changed;
 use super::super::state::State;
 use super::super::{Liveness, Registry};
 use super::ClusterState;
@@ -50,8 +51,13 @@ pub(crate) fn desired(
                 .unwrap_or_default(),
             lease,
         ),
-        Liveness::Grace { client_id, .. } => {
-            (node.to_owned(), Keeper::Session, client_id.clone(), lease)
+        // Kept through this node's own stall, its session gone: the store's copy stays as it is
+        // (never written again: after a lease expiry that would bring back an instance whose
+        // client may be gone), until the grace ends and it is deleted.
+        Liveness::Grace { .. } => {
+            let c = state.cluster.as_ref()?;
+            let known = c.known.get(&(service.clone(), key.clone()))?;
+            return Some((known.record.clone(), known.lease));
         }
         Liveness::Lease(_) => (node.to_owned(), Keeper::Lease, String::new(), lease),
         Liveness::Remote(r) => (r.node.clone(), r.keeper, r.client_id.clone(), r.lease),
@@ -174,6 +180,13 @@ impl Registry {
         };
         match call {
             Ok(Ok(EphemeralOutcome::Written(revision))) => {
+                let mut services: Vec<ServiceKey> = Vec::new();
+                for write in &writes {
+                    let (s, _) = write.target();
+                    if !services.contains(s) {
+                        services.push(s.clone());
+                    }
+                }
                 for write in writes {
                     match write {
                         EphemeralWrite::Put {
@@ -199,6 +212,17 @@ impl Registry {
                 }
                 c.seen = c.seen.max(revision);
                 c.written_tx.send_modify(|n| *n = n.wrapping_add(1));
+                // The view of these services is the store's at `revision` now: named by it on
+                // this node too, as on every other.
+                for service in services {
+                    let behind = state
+                        .services
+                        .get(&service)
+                        .is_some_and(|s| s.revision < revision as u64);
+                    if behind {
+                        state.publish(&service, Changed::Keys(Vec::new()));
+                    }
+                }
                 Pass::More
             }
             Ok(Ok(EphemeralOutcome::Conflict)) | Ok(Err(_)) | Err(_) => {
@@ -223,8 +247,10 @@ enum Pass {
     Retry,
 }
 
-/// Marks every instance this node keeps (its sessions and leases) for the replicator: after a
-/// new lease, so that their records are written again under it.
+/// Marks every instance a live session of this node keeps for the replicator: after a new
+/// lease, so that their records are written again under it. Heartbeat-kept instances are
+/// written again at their next heartbeat (a client gone meanwhile sends none), instances in
+/// stall grace never.
 pub(crate) fn mark_own(state: &mut State) {
     let own: Vec<(ServiceKey, InstanceKey)> = state
         .services
@@ -232,18 +258,25 @@ pub(crate) fn mark_own(state: &mut State) {
         .flat_map(|(s, e)| {
             e.instances
                 .iter()
-                .filter(|(_, i)| {
-                    matches!(
-                        i.liveness,
-                        Liveness::Session(_) | Liveness::Lease(_) | Liveness::Grace { .. }
-                    )
-                })
+                .filter(|(_, i)| matches!(i.liveness, Liveness::Session(_)))
                 .map(move |(k, _)| (s.clone(), k.clone()))
         })
         .collect();
     if let Some(c) = state.cluster.as_mut() {
-        let _: &mut ClusterState = c;
+        let c: &mut ClusterState = c;
         c.dirty.extend(own);
         c.wake.notify_one();
+    }
+}
+
+/// A heartbeat of this node's instance: marks it for the replicator when the store has no
+/// copy of it under this node (its record went with a lost lease).
+pub(crate) fn heartbeat_seen(state: &mut State, service: &ServiceKey, key: &InstanceKey) {
+    if let Some(c) = state.cluster.as_mut() {
+        let id = (service.clone(), key.clone());
+        if c.known.get(&id).is_none_or(|k| k.record.node != c.node) {
+            c.dirty.insert(id);
+            c.wake.notify_one();
+        }
     }
 }

@@ -378,10 +378,14 @@ impl Shared {
         let mut out = ClusterContents::default();
         let mut durable = Vec::new();
         let mut revision = 0;
+        let mut durable_keys = Vec::new();
         for space in Space::ALL {
             let kvs = self.read_space(space, &mut revision).await?;
             for kv in kvs {
                 let key = std::str::from_utf8(kv.key()).unwrap_or_default();
+                if Space::DURABLE.contains(&space) {
+                    durable_keys.push((key.to_owned(), kv.mod_revision()));
+                }
                 if let Some(service) = self.service_of(space, key) {
                     let r = out.revisions.entry(service).or_insert(0);
                     *r = (*r).max(kv.mod_revision());
@@ -403,6 +407,7 @@ impl Shared {
         }
         out.durable.apply(&durable);
         out.revision = revision;
+        self.seen.lock().expect("seen lock").reset(durable_keys);
         Ok(out)
     }
 

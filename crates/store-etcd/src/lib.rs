@@ -96,8 +96,51 @@ pub(crate) struct Shared {
     pub(crate) layout: Layout,
     pub(crate) config: EtcdConfig,
     /// The node name revision marks give (set by [`EtcdStore::join`]); unset, a batch writes
-    /// no revision marks.
+    /// no revision marks and checks no revisions.
     pub(crate) writer: std::sync::OnceLock<String>,
+    /// Cluster mode: the revision at which this node last saw each durable key (from the load,
+    /// the watch and its own writes), the compare of every batch (docs/cluster.md).
+    pub(crate) seen: std::sync::Mutex<Seen>,
+}
+
+/// The durable keys' revisions a node last saw: key → (revision, present). An absent key
+/// stays listed only while this node's own deletion has not come back through the watch.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    keys: std::collections::HashMap<String, (i64, bool)>,
+}
+
+impl Seen {
+    /// A watch event or a load of `key` at `revision` (`present`: a put).
+    pub(crate) fn observe(&mut self, key: &str, revision: i64, present: bool) {
+        match self.keys.get(key) {
+            Some((r, _)) if *r > revision => {}
+            _ if present => {
+                self.keys.insert(key.to_owned(), (revision, true));
+            }
+            _ => {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// This node's own write of `key` at `revision`.
+    pub(crate) fn wrote(&mut self, key: &str, revision: i64, present: bool) {
+        self.keys.insert(key.to_owned(), (revision, present));
+    }
+
+    /// The `mod_revision` a write of `key` expects: 0 when absent.
+    pub(crate) fn expect(&self, key: &str) -> i64 {
+        match self.keys.get(key) {
+            Some((r, true)) => *r,
+            _ => 0,
+        }
+    }
+
+    /// Replaces everything (a load).
+    pub(crate) fn reset(&mut self, keys: impl IntoIterator<Item = (String, i64)>) {
+        self.keys = keys.into_iter().map(|(k, r)| (k, (r, true))).collect();
+    }
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -171,6 +214,7 @@ impl EtcdStore {
                 layout: Layout::new(&config.prefix),
                 config,
                 writer: std::sync::OnceLock::new(),
+                seen: std::sync::Mutex::new(Seen::default()),
             }),
             runtime: Some(runtime),
             node: std::sync::OnceLock::new(),
@@ -412,6 +456,27 @@ impl Store for EtcdStore {
                 max,
             });
         }
+        // A cluster node checks every key against the revision it last saw it at.
+        let compares: Vec<etcd_client::Compare> = match self.shared.writer.get() {
+            Some(_) => {
+                let seen = self.shared.seen.lock().expect("seen lock");
+                final_values
+                    .keys()
+                    .map(|k| {
+                        etcd_client::Compare::mod_revision(
+                            k.clone(),
+                            etcd_client::CompareOp::Equal,
+                            seen.expect(k),
+                        )
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let written: Vec<(String, bool)> = final_values
+            .iter()
+            .map(|(k, v)| (k.clone(), v.is_some()))
+            .collect();
         // A cluster node names itself on the revision mark of every service it changes.
         if let Some(writer) = self.shared.writer.get() {
             let mark = json(&cluster::RevisionMark {
@@ -431,16 +496,33 @@ impl Store for EtcdStore {
                 None => TxnOp::delete(key, None),
             })
             .collect();
-        let txn = Txn::new().and_then(ops);
+        let checked = !compares.is_empty();
+        let txn = Txn::new().when(compares).and_then(ops);
         let shared = self.shared.clone();
-        self.block(async move {
+        let (succeeded, revision) = self.block(async move {
             shared
                 .call(shared.config.request_timeout, move |mut c| {
                     let txn = txn.clone();
-                    async move { c.txn(txn).await.map(|r| r.header().map(|h| h.revision())) }
+                    async move {
+                        c.txn(txn)
+                            .await
+                            .map(|r| (r.succeeded(), r.header().map(|h| h.revision())))
+                    }
                 })
                 .await
-        })
+        })?;
+        if !succeeded {
+            return Err(StoreError::Conflict(
+                "a key of the batch was written by another node since this node last saw it".into(),
+            ));
+        }
+        if checked && let Some(revision) = revision {
+            let mut seen = self.shared.seen.lock().expect("seen lock");
+            for (key, present) in written {
+                seen.wrote(&key, revision, present);
+            }
+        }
+        Ok(revision)
     }
 
     /// Half of etcd's `--max-txn-ops`: each write of a batch may add its service's revision

@@ -548,3 +548,44 @@ fn the_node_lease_is_kept_alive_past_its_ttl_and_lost_when_etcd_is_gone() {
         );
     }
 }
+
+#[test]
+fn two_nodes_writing_one_key_lose_no_update_the_stale_one_is_refused_until_it_caught_up() {
+    use gangway_store::Cluster;
+    let cluster = EtcdCluster::start(1).expect("etcd");
+    let a = EtcdStore::connect(config(cluster.endpoints(), "/gangway")).expect("connect a");
+    let b = EtcdStore::connect(config(cluster.endpoints(), "/gangway")).expect("connect b");
+    let node_a = a.join("a", Duration::from_secs(5)).expect("join a");
+    let node_b = b.join("b", Duration::from_secs(5)).expect("join b");
+    // Both load the empty registry, then a writes instance 1.
+    node_a.load().expect("load a");
+    node_b.load().expect("load b");
+    a.apply(&[put(1)]).expect("a writes");
+    // b decided on a view without a's write: refused, nothing applied.
+    let mut changed = put(1);
+    if let Write::PutInstance(_, i) = &mut changed {
+        i.instance.weight = 9.0;
+    }
+    let err = b.apply(&[changed.clone()]).expect_err("b is behind");
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    assert_eq!(
+        a.load().expect("load").instances[&ServiceKey::named("orders")][&sample(1).instance.key]
+            .instance
+            .weight,
+        sample(1).instance.weight,
+        "a's write stands"
+    );
+    // Once b saw a's write (a load, or its watch), its change applies.
+    let seen = node_b.load().expect("load b");
+    assert_eq!(seen.durable.instances.len(), 1);
+    b.apply(&[changed]).expect("b caught up");
+    // a's own later write is checked against b's: a is behind now.
+    assert!(matches!(a.apply(&[put(1)]), Err(StoreError::Conflict(_))));
+    // The revision marks move with every batch: the service is named by its last write.
+    let contents = node_a.load().expect("load a");
+    assert_eq!(
+        contents.revisions[&ServiceKey::named("orders")],
+        contents.revision,
+        "the service's revision is its last write's"
+    );
+}

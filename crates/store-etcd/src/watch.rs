@@ -312,6 +312,13 @@ fn changes(
         {
             gathering.services.push(service);
         }
+        if Space::DURABLE.contains(&space) {
+            shared
+                .seen
+                .lock()
+                .expect("seen lock")
+                .observe(key, revision, put);
+        }
         if space == Space::Revisions {
             if put {
                 gathering.writer = Shared::writer_of(kv.value());

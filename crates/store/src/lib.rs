@@ -97,6 +97,11 @@ pub enum StoreError {
         /// The backend's bound.
         max: usize,
     },
+    /// A cluster store's revision-checked batch found a key written by another node since this
+    /// node last saw it (docs/cluster.md, "Writes and reads"); nothing of it was applied. The
+    /// caller's view catches up through the watch: the change can be decided again.
+    #[error("store conflict: {0}")]
+    Conflict(String),
     /// Stored bytes that do not decode.
     #[error("store holds undecodable data in {table}: {message}")]
     Corrupt {

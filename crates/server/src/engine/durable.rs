@@ -141,36 +141,17 @@ async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, queue: Queue) {
                 Err(_) => break,
             }
         }
-        let writes: Vec<Write> = jobs.iter_mut().flat_map(|j| j.writes.drain(..)).collect();
-        let result = if writes.is_empty() {
-            Ok(None)
-        } else {
-            let store = store.clone();
-            match tokio::task::spawn_blocking(move || store.apply_at(&writes)).await {
-                Ok(result) => result.map_err(RegistryError::from),
-                Err(e) => Err(RegistryError::Internal(format!("store task failed: {e}"))),
-            }
-        };
-        match (result, inner.upgrade()) {
-            (Ok(revision), Some(inner)) => {
-                let registry = Registry { inner };
-                let mut state = registry.lock();
-                // Cluster mode: the changes are published at the store's revision.
-                if let (Some(revision), Some(c)) = (revision, state.cluster.as_mut()) {
-                    c.seen = c.seen.max(revision);
-                }
+        let writes: Vec<Write> = jobs.iter().flat_map(|j| j.writes.iter().cloned()).collect();
+        match apply(&store, writes).await {
+            // Cluster mode: another node wrote a key of the batch. Each job alone again, so
+            // that only the jobs whose keys moved on fail (they decide again on the newer view).
+            Err(RegistryError::ChangedElsewhere(_)) if jobs.len() > 1 => {
                 for job in jobs {
-                    (job.finish)(Ok(&mut state));
-                }
-                drop(state);
-                registry.inner.metrics.store_batches.inc();
-            }
-            (Ok(_), None) => {} // the registry is gone: nobody waits for memory
-            (Err(e), _) => {
-                for job in jobs {
-                    (job.finish)(Err(e.clone()));
+                    let result = apply(&store, job.writes.clone()).await;
+                    finish(&inner, vec![job], result);
                 }
             }
+            result => finish(&inner, jobs, result),
         }
     }
     // Closed: refuse what still waits, then let go of the store (and its file lock).
@@ -180,6 +161,44 @@ async fn run(store: Arc<dyn Store>, inner: Weak<Inner>, queue: Queue) {
     }
     drop(store);
     released.send_replace(true);
+}
+
+/// Applies one batch on a blocking thread; the store revision it was committed at, if any.
+async fn apply(store: &Arc<dyn Store>, writes: Vec<Write>) -> Result<Option<i64>, RegistryError> {
+    if writes.is_empty() {
+        return Ok(None);
+    }
+    let store = store.clone();
+    match tokio::task::spawn_blocking(move || store.apply_at(&writes)).await {
+        Ok(result) => result.map_err(RegistryError::from),
+        Err(e) => Err(RegistryError::Internal(format!("store task failed: {e}"))),
+    }
+}
+
+/// Runs the jobs' in-memory changes after their batch, under one lock, in queue order (or
+/// hands them the batch's error).
+fn finish(inner: &Weak<Inner>, jobs: Vec<Job>, result: Result<Option<i64>, RegistryError>) {
+    match (result, inner.upgrade()) {
+        (Ok(revision), Some(inner)) => {
+            let registry = Registry { inner };
+            let mut state = registry.lock();
+            // Cluster mode: the changes are published at the store's revision.
+            if let (Some(revision), Some(c)) = (revision, state.cluster.as_mut()) {
+                c.seen = c.seen.max(revision);
+            }
+            for job in jobs {
+                (job.finish)(Ok(&mut state));
+            }
+            drop(state);
+            registry.inner.metrics.store_batches.inc();
+        }
+        (Ok(_), None) => {} // the registry is gone: nobody waits for memory
+        (Err(e), _) => {
+            for job in jobs {
+                (job.finish)(Err(e.clone()));
+            }
+        }
+    }
 }
 
 impl Registry {

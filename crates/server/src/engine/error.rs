@@ -128,6 +128,11 @@ pub enum RegistryError {
     /// Snapshots are held back (warm-up after start, stall recovery): pulls wait.
     #[error("the registry is warming up; retry shortly")]
     WarmingUp,
+    /// Cluster mode: a key this change writes was changed on another node meanwhile (the
+    /// store's revision check failed); nothing was applied. Retrying decides again on the
+    /// newer state.
+    #[error("changed on another node of the cluster meanwhile: {0}; nothing was applied, retry")]
+    ChangedElsewhere(String),
     /// The durable store failed; nothing of the batch was applied.
     #[error("the store failed: {0}")]
     Store(Arc<StoreError>),
@@ -168,12 +173,16 @@ impl RegistryError {
                 | RegistryError::NotInView { .. }
                 | RegistryError::LeftView { .. }
                 | RegistryError::ServiceNotEmpty(_)
+                | RegistryError::ChangedElsewhere(_)
         )
     }
 }
 
 impl From<StoreError> for RegistryError {
     fn from(e: StoreError) -> Self {
-        RegistryError::Store(Arc::new(e))
+        match e {
+            StoreError::Conflict(m) => RegistryError::ChangedElsewhere(m),
+            e => RegistryError::Store(Arc::new(e)),
+        }
     }
 }

@@ -222,7 +222,13 @@ impl Registry {
         let revision = match applied {
             Ok(revision) => revision,
             Err(e) => {
-                if offline && !durably_marked && !matches!(e, RegistryError::Store(_)) {
+                if offline
+                    && !durably_marked
+                    && !matches!(
+                        e,
+                        RegistryError::Store(_) | RegistryError::ChangedElsewhere(_)
+                    )
+                {
                     // The mark was written but the registration refused: undo the mark.
                     let undo = vec![Write::DeleteOfflineMark(service.clone(), key.clone())];
                     if let Err(undo_err) = self.commit(undo, |_| Ok(())).await {

@@ -1427,6 +1427,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/services/{service}/watch"),
     ("get", "/v1/services/{service}/liveness"),
     ("get", "/v1/drains"),
+    ("get", "/v1/cluster"),
 ];
 
 #[tokio::test]

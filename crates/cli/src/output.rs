@@ -138,6 +138,27 @@ pub fn instance_change(what: &str, service: &str, c: &InstanceChange) -> String 
     )
 }
 
+/// The nodes of a cluster (`gangway services` in cluster mode): one row per node, the
+/// answering one marked `*`.
+pub fn nodes(view: &gangway_wire::rest::ClusterView) -> String {
+    let mut t = table(&["node", "http", "grpc", "lease", "sessions", "subscribers"]);
+    for n in &view.nodes {
+        t.add_row(vec![
+            if n.this {
+                format!("{} *", n.name)
+            } else {
+                n.name.clone()
+            },
+            n.http.clone(),
+            n.grpc.clone(),
+            n.lease.clone(),
+            n.sessions.to_string(),
+            n.subscribers.to_string(),
+        ]);
+    }
+    finish(&t)
+}
+
 /// `gangway services`.
 pub fn services(list: &ServiceList) -> String {
     if list.services.is_empty() {
@@ -221,19 +242,29 @@ fn ack_report(what: &str, addr: &str, service: &str, r: &DrainReport) -> String 
         r.laggards.len()
     );
     if !r.acked.is_empty() || !r.laggards.is_empty() {
-        let mut t = table(&["subscriber", "address", "acked revision", "status"]);
+        // Cluster mode names the node holding each subscriber.
+        let nodes = r.acked.iter().chain(&r.laggards).any(|s| !s.node.is_empty());
+        let mut t = if nodes {
+            table(&["subscriber", "node", "address", "acked revision", "status"])
+        } else {
+            table(&["subscriber", "address", "acked revision", "status"])
+        };
         for (s, status) in r
             .laggards
             .iter()
             .map(|s| (s, "LAGGING"))
             .chain(r.acked.iter().map(|s| (s, "acked")))
         {
-            t.add_row(vec![
-                s.id.clone(),
+            let mut row = vec![s.id.clone()];
+            if nodes {
+                row.push(s.node.clone());
+            }
+            row.extend([
                 s.address.clone(),
                 s.acked_revision.to_string(),
                 status.to_owned(),
             ]);
+            t.add_row(row);
         }
         out.push('\n');
         out.push_str(&finish(&t));

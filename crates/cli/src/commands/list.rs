@@ -68,6 +68,13 @@ pub async fn services(ctx: &Context, args: ServicesArgs) -> Outcome {
         output::emit_json(&reply.body)?;
     } else {
         output::emit(&output::services(&reply.parse()?))?;
+        // Cluster mode: the nodes too (`GET /v1/cluster`; a registry without it is skipped).
+        if let Ok(cluster) = ctx.registry.cluster().await
+            && let Ok(view) = cluster.parse()
+            && view.mode == "cluster"
+        {
+            output::emit(&output::nodes(&view))?;
+        }
     }
     ok()
 }

@@ -188,7 +188,6 @@ fn subscribers_show_who_is_behind() {
                 kind: "session".into(),
                 client_name: Some("checkout".into()),
                 acked_revision: 9,
-                node: String::new(),
                 acked_at_ms: Some(0),
                 pushed_revision: Some(9),
                 behind: 0,
@@ -200,7 +199,6 @@ fn subscribers_show_who_is_behind() {
                 kind: "poller".into(),
                 client_name: None,
                 acked_revision: 8,
-                node: String::new(),
                 acked_at_ms: None,
                 pushed_revision: None,
                 behind: 1,
@@ -229,4 +227,52 @@ fn timestamps_are_utc_rfc3339_with_millis() {
     assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
     assert_eq!(rfc3339_ms(951_782_400_123), "2000-02-29T00:00:00.123Z");
     assert_eq!(rfc3339_ms(1_767_225_599_999), "2025-12-31T23:59:59.999Z");
+}
+
+#[test]
+fn a_drain_across_nodes_names_the_node_of_each_subscriber() {
+    let on = |mut a: SubscriberAck, node: &str| {
+        a.node = node.into();
+        a
+    };
+    let r = DrainReport {
+        revision: 40,
+        waited_ms: 3001,
+        complete: false,
+        acked: vec![on(ack("s1", "10.0.1.1:50000", 40), "n1")],
+        laggards: vec![on(ack("s1", "10.0.1.2:50000", 38), "n2")],
+        notes: vec![],
+    };
+    let expected = "\
+drain of 10.0.0.5:80 in orders TIMED OUT: waited 3001 ms for revision 40; 1 acked, 1 lagging
+SUBSCRIBER  NODE  ADDRESS         ACKED REVISION  STATUS
+s1          n2    10.0.1.2:50000  38              LAGGING
+s1          n1    10.0.1.1:50000  40              acked";
+    assert_eq!(drain("10.0.0.5:80", "orders", &r), expected);
+}
+
+#[test]
+fn the_nodes_table_marks_the_answering_node() {
+    use gangway_wire::rest::{ClusterNode, ClusterView};
+    let node = |name: &str, this: bool| ClusterNode {
+        name: name.into(),
+        http: format!("127.0.0.1:{}", if this { 8848 } else { 8849 }),
+        grpc: format!("127.0.0.1:{}", if this { 9848 } else { 9849 }),
+        lease: "694da2339105b309".into(),
+        started_ms: 1,
+        sessions: if this { 3 } else { 0 },
+        subscribers: 2,
+        this,
+    };
+    let view = ClusterView {
+        mode: "cluster".into(),
+        node: Some("n1".into()),
+        revision: Some(26),
+        nodes: vec![node("n1", true), node("n2", false)],
+    };
+    let expected = "\
+NODE  HTTP            GRPC            LEASE             SESSIONS  SUBSCRIBERS
+n1 *  127.0.0.1:8848  127.0.0.1:9848  694da2339105b309  3         2
+n2    127.0.0.1:8849  127.0.0.1:9849  694da2339105b309  0         2";
+    assert_eq!(nodes(&view), expected);
 }

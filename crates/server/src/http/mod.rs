@@ -244,16 +244,34 @@ async fn health(State(s): State<AppState>) -> Response {
 /// alone. Rule `read` (any namespace): anonymous callers are refused when auth is on.
 async fn cluster(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     allow_listing(&caller, &None, &[])?;
-    Ok(match s.registry.cluster() {
-        Some(info) => Json(serde_json::json!({
-            "mode": "cluster",
-            "node": info.node,
-            "revision": info.revision,
-            "nodes": info.nodes,
-        }))
-        .into_response(),
-        None => Json(serde_json::json!({"mode": "single", "nodes": []})).into_response(),
+    Ok(Json(match s.registry.cluster() {
+        Some(info) => rest::ClusterView {
+            mode: "cluster".into(),
+            node: Some(info.node),
+            revision: Some(info.revision),
+            nodes: info
+                .nodes
+                .into_iter()
+                .map(|n| rest::ClusterNode {
+                    name: n.name,
+                    http: n.http,
+                    grpc: n.grpc,
+                    lease: n.lease,
+                    started_ms: n.started_ms,
+                    sessions: n.sessions,
+                    subscribers: n.subscribers,
+                    this: n.this,
+                })
+                .collect(),
+        },
+        None => rest::ClusterView {
+            mode: "single".into(),
+            node: None,
+            revision: None,
+            nodes: Vec::new(),
+        },
     })
+    .into_response())
 }
 
 /// `"off"`, `"on"` or `"mutual"` (client certificates required).

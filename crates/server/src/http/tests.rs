@@ -223,6 +223,13 @@ async fn health_reports_up_with_boot_id() {
 }
 
 #[tokio::test]
+async fn a_node_alone_says_so_on_the_cluster_endpoint() {
+    let app = app();
+    let body = app.ok(Method::GET, "/v1/cluster", None).await;
+    assert_eq!(body, json!({"mode": "single", "nodes": []}));
+}
+
+#[tokio::test]
 async fn register_a_lease_kept_instance_and_list_it() {
     let app = app();
     let body = json!({

@@ -28,9 +28,9 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 use serde::de::DeserializeOwned;
 
 use crate::rest::{
-    DrainReport, DrainRequest, Health, HeartbeatAnswer, InstanceChange, OfflineRequest,
-    OnlineRequest, PatchRequest, RegisterRequest, Revision, Service, ServiceList, SettingsRequest,
-    Subscribers, View,
+    ClusterView, DrainReport, DrainRequest, Health, HeartbeatAnswer, InstanceChange,
+    OfflineRequest, OnlineRequest, PatchRequest, RegisterRequest, Revision, Service, ServiceList,
+    SettingsRequest, Subscribers, View,
 };
 
 mod error;
@@ -151,6 +151,15 @@ impl RestClient {
     /// registry's.
     pub async fn health(&self) -> Result<Reply<Health>, RestError> {
         self.send(self.http.get(self.url("/v1/health")), self.call_timeout)
+            .await
+    }
+
+    /// `GET /v1/cluster`: the nodes of the cluster (`mode` `single` for a node alone).
+    ///
+    /// # Errors
+    /// As [`health`](Self::health); `not_found` from a registry older than cluster mode.
+    pub async fn cluster(&self) -> Result<Reply<ClusterView>, RestError> {
+        self.send(self.http.get(self.url("/v1/cluster")), self.call_timeout)
             .await
     }
 

@@ -57,6 +57,42 @@ pub struct NodeLease {
     pub reason: Option<String>,
 }
 
+/// `GET /v1/cluster` (docs/cluster.md): the nodes as the answering node sees them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// `cluster`, or `single` for a node alone (then `nodes` is empty).
+    pub mode: String,
+    /// The answering node's name (cluster mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The newest store (etcd) revision the answering node applied (cluster mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Every node, the answering one first, then by name.
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node of [`ClusterView`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    /// Its name (`--node-name`).
+    pub name: String,
+    /// Its REST address.
+    pub http: String,
+    /// Its gRPC address.
+    pub grpc: String,
+    /// Its etcd lease, 16 hex digits.
+    pub lease: String,
+    /// Unix ms when it started.
+    pub started_ms: u64,
+    /// Its open sessions (another node's: as of its last record, at most 2 s old).
+    pub sessions: usize,
+    /// Its live subscribers (likewise).
+    pub subscribers: usize,
+    /// The answering node.
+    pub this: bool,
+}
+
 /// One service: `GET /v1/services/{service}`, each entry of [`ServiceList`], the answer of
 /// `PUT /v1/services/{service}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

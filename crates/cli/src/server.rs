@@ -448,7 +448,10 @@ impl ServerArgs {
                 ),
             ));
         }
-        let name = self.node_name.clone().unwrap_or_else(|| self.http.to_string());
+        let name = self
+            .node_name
+            .clone()
+            .unwrap_or_else(|| self.http.to_string());
         if name.is_empty() || name.len() > 128 || name.contains(char::is_whitespace) {
             return Err(CliError::usage(
                 "--node-name",

@@ -202,6 +202,20 @@ impl Server {
         (server, log)
     }
 
+    /// Starts `gangway server` on the given addresses and keeps every line of its stderr (the
+    /// log), forwarded with `tag` (e.g. the node's name in a cluster test).
+    pub async fn start_tagged(
+        data_dir: &Path,
+        http: &str,
+        grpc: &str,
+        extra: &[&str],
+        tag: &'static str,
+    ) -> (Server, Arc<Mutex<Vec<String>>>) {
+        let mut server = Self::spawn(data_dir, http, grpc, extra, None).await;
+        let log = server.proc.keep_stderr(tag);
+        (server, log)
+    }
+
     /// Starts `gangway server` with fresh ports and its open-file limit lowered to `fd_limit`;
     /// its stderr is left to the caller.
     pub async fn start_with_fd_limit(data_dir: &Path, fd_limit: u64, extra: &[&str]) -> Server {

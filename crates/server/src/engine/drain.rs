@@ -43,7 +43,10 @@ impl Registry {
         let tracker = self.track_drain(service, key, revision, started, timeout);
         let deadline = started + timeout;
         // Cluster mode: the other nodes wait for their own subscribers and answer.
-        let across = match self.written_revision(service, key, revision, deadline).await {
+        let across = match self
+            .written_revision(service, key, revision, deadline)
+            .await
+        {
             Some(written) => self.announce_drain(
                 service,
                 key,

@@ -143,9 +143,9 @@ impl Registry {
                 let state = self.lock();
                 let c = state.cluster.as_ref().expect("cluster mode");
                 let answers = c.answers.get(id);
-                asked.iter().all(|n| {
-                    !c.nodes.contains_key(n) || answers.is_some_and(|a| a.contains_key(n))
-                })
+                asked
+                    .iter()
+                    .all(|n| !c.nodes.contains_key(n) || answers.is_some_and(|a| a.contains_key(n)))
             };
             if done || Instant::now() >= deadline {
                 break;

@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use gangway_core::model::{InstanceKey, ProbeSpec, ServiceKey};
 use gangway_store::Cluster;
-use gangway_store::cluster::{ClusterChange, ClusterContents, ClusterEvent, EphemeralEntry};
 use gangway_store::Write;
+use gangway_store::cluster::{ClusterChange, ClusterContents, ClusterEvent, EphemeralEntry};
 use tokio::time::Instant;
 
 use super::super::service::Changed;
@@ -75,7 +75,9 @@ impl Registry {
                 let registry = Registry { inner };
                 match event {
                     Ok(event) => registry.follow(&cluster, event).await,
-                    Err(e) => tracing::warn!(error = %e, "a change in the store could not be read; skipped"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a change in the store could not be read; skipped")
+                    }
                 }
             }
         });
@@ -117,7 +119,10 @@ impl Registry {
                 }
             }
             ClusterEvent::Relisted(all) => {
-                tracing::warn!(revision = all.revision, "the store's history was compacted past this node's watch: re-listed");
+                tracing::warn!(
+                    revision = all.revision,
+                    "the store's history was compacted past this node's watch: re-listed"
+                );
                 let after = {
                     let mut state = self.lock();
                     relist(&mut state, *all)
@@ -411,10 +416,7 @@ fn relist(state: &mut State, all: ClusterContents) -> Aftermath {
             .instances
             .iter()
             .filter(|(k, e)| match &e.liveness {
-                Liveness::Remote(_) => !all
-                    .ephemeral
-                    .get(svc)
-                    .is_some_and(|m| m.contains_key(*k)),
+                Liveness::Remote(_) => !all.ephemeral.get(svc).is_some_and(|m| m.contains_key(*k)),
                 Liveness::Probe(_) => !all
                     .durable
                     .instances

@@ -80,7 +80,11 @@ impl ClusterState {
     }
 
     /// Marks instances of `service` for the replicator.
-    pub(crate) fn mark(&mut self, service: &ServiceKey, keys: impl IntoIterator<Item = InstanceKey>) {
+    pub(crate) fn mark(
+        &mut self,
+        service: &ServiceKey,
+        keys: impl IntoIterator<Item = InstanceKey>,
+    ) {
         let before = self.dirty.len();
         self.dirty
             .extend(keys.into_iter().map(|k| (service.clone(), k)));

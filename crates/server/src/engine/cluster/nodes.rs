@@ -138,10 +138,7 @@ impl Registry {
     pub fn own_records(&self) -> usize {
         let state = self.lock();
         state.cluster.as_ref().map_or(0, |c| {
-            c.known
-                .values()
-                .filter(|e| e.record.node == c.node)
-                .count()
+            c.known.values().filter(|e| e.record.node == c.node).count()
         })
     }
 

@@ -713,6 +713,38 @@ async fn etcd_losing_a_member_or_its_leader_loses_no_acknowledged_write_and_all_
 
     let (mut acked, _) = write_phase(&c, n1.http(), 0, 10).await;
     assert_eq!(acked.len(), 10);
+    // Consumers on n3 of the two ephemeral instances (kept by n1 and n2).
+    let watch_demo = Sse::open(n3.http(), "demo", "watch-demo").await;
+    let watch_eph = Sse::open(n3.http(), "eph", "watch-eph").await;
+    watch_demo
+        .wait_for("the demo-service", Duration::from_secs(5), |a| {
+            a.contains(&demo.addr)
+        })
+        .await;
+    watch_eph
+        .wait_for("the REST instance", Duration::from_secs(5), |a| {
+            a.contains(&eph[0])
+        })
+        .await;
+    // Whether a consumer saw either ephemeral instance go, from snapshot `from` on.
+    let flaps = |from: (usize, usize)| -> Vec<String> {
+        let mut out = Vec::new();
+        for (watch, addr, from) in [
+            (&watch_demo, &demo.addr, from.0),
+            (&watch_eph, &eph[0], from.1),
+        ] {
+            for (i, s) in watch.snapshots().iter().enumerate().skip(from) {
+                if !s.contains(addr) {
+                    out.push(format!(
+                        "snapshot {i} of n3's watcher without {addr}: {s:?}"
+                    ));
+                }
+            }
+        }
+        out
+    };
+    let counts = || (watch_demo.snapshots().len(), watch_eph.snapshots().len());
+    let start_counts = counts();
 
     // A follower killed, then the leader: writes through another node go on.
     for (phase, what) in [(1u8, "follower"), (2, "leader")] {
@@ -724,6 +756,7 @@ async fn etcd_losing_a_member_or_its_leader_loses_no_acknowledged_write_and_all_
         };
         tokio::task::block_in_place(|| etcd.kill9(victim));
         let t0 = Instant::now();
+        println!("{} etcd {what} m{victim} killed", utc_now());
         let through = &nodes[phase as usize];
         let (written, slowest) = write_phase(&c, through.http(), phase, 10).await;
         println!(
@@ -743,11 +776,23 @@ async fn etcd_losing_a_member_or_its_leader_loses_no_acknowledged_write_and_all_
             "  ... and every node lists all {} writes {seen:?} after the last one",
             acked.len()
         );
+        // The ephemeral instances' records outlive the nodes' old leases: wait one TTL.
+        let past_ttl = Instant::now() + Duration::from_secs(3);
+        tokio::time::sleep_until(past_ttl).await;
         tokio::task::block_in_place(|| etcd.restart(victim)).expect("member restarts");
+        println!("{} etcd m{victim} restarted", utc_now());
     }
+    let one_member_flaps = flaps(start_counts);
+    println!(
+        "n3's watchers during the member and leader kills: demo {:?}, eph {:?}",
+        watch_demo.snapshots(),
+        watch_eph.snapshots()
+    );
+    let before_all_down = counts();
 
     // Every member down: the nodes count their leases lost.
     let t0 = Instant::now();
+    println!("{} every etcd member killed", utc_now());
     tokio::task::block_in_place(|| {
         for i in 0..3 {
             etcd.kill9(i)
@@ -836,11 +881,47 @@ async fn etcd_losing_a_member_or_its_leader_loses_no_acknowledged_write_and_all_
         }
     }
     println!(
-        "ephemeral instances on every node, kept by their nodes, {:?} after etcd was back",
+        "ephemeral instances on every node, kept by their nodes, when looked at {:?} after etcd was back (past the old leases' TTL)",
         t0.elapsed()
     );
-    let lease_lines: usize = all.iter().map(|n| n.log_lines("lease").len()).sum();
-    println!("log lines about the lease on the three nodes: {lease_lines}");
+    let all_down_flaps = flaps(before_all_down);
+    println!("n3's watchers across all members down and up: went {all_down_flaps:?}");
+    for node in &all {
+        for line in node.log_lines("lease") {
+            println!("{} log: {line}", node.name);
+        }
+    }
+    // Membership is back too: every node lists the three (their records, under new leases).
+    let mut clusters = Vec::new();
+    for node in &all {
+        clusters.push(format!(
+            "{}: {:?}",
+            node.name,
+            get(&c, node.http(), "/v1/cluster").await
+        ));
+    }
+    println!("/v1/cluster after etcd came back:\n{}", clusters.join("\n"));
+    assert!(
+        one_member_flaps.is_empty(),
+        "one etcd member (a follower, then the leader) killed: consumers saw ephemeral instances go:\n{}",
+        one_member_flaps.join("\n")
+    );
+    wait_members(&all, 3).await;
+}
+
+/// Now, UTC, as the nodes' logs print it (to put the test's steps beside their lines).
+fn utc_now() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let secs = d.as_secs();
+    format!(
+        "{:02}:{:02}:{:02}.{:06}Z",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60,
+        d.subsec_micros()
+    )
 }
 
 // ---------------------------------------------------------------------------------------------

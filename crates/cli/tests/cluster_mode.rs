@@ -1398,7 +1398,16 @@ async fn nacos_python_sdk_with_three_nodes_keeps_its_registration_and_subscripti
     wait_members(&nodes.iter().collect::<Vec<_>>(), 3).await;
     let c = rest();
     let servers = nodes.iter().map(|n| n.http()).collect::<Vec<_>>().join(",");
-    let scratch = tempfile::tempdir().unwrap();
+    // The SDK's logs go under the scratch folder: kept when NACOS_SCRATCH names one.
+    let scratch = match std::env::var_os("NACOS_SCRATCH") {
+        Some(dir) => tempfile::Builder::new()
+            .prefix("cluster-")
+            .keep(true)
+            .tempdir_in(dir)
+            .unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
+    println!("SDK scratch (logs): {}", scratch.path().display());
     let svc = "py-cluster";
     let a = "10.7.0.1:9001".to_owned();
     let mut holder = scenario(
@@ -1409,7 +1418,6 @@ async fn nacos_python_sdk_with_three_nodes_keeps_its_registration_and_subscripti
     holder.line_starting("READY").await;
     holder.forward_stderr("py-holder");
     let mut consumer = scenario(&python, scratch.path(), &["consumer", &servers, svc]);
-    consumer.line_starting("READY").await;
     consumer.forward_stderr("py-consumer");
     // The consumer's pushes, read by a task that owns the process (killed by PID at the end).
     let consumer_pid = consumer.pid();
@@ -1425,6 +1433,7 @@ async fn nacos_python_sdk_with_three_nodes_keeps_its_registration_and_subscripti
         }
         consumer
     });
+    // (Its first push may come before its READY line: the SDK calls back during subscribe.)
     let got = |want: Vec<String>| {
         let pushed = pushed.clone();
         async move {
@@ -1439,9 +1448,20 @@ async fn nacos_python_sdk_with_three_nodes_keeps_its_registration_and_subscripti
             .await
         }
     };
-    got(vec![a.clone()])
-        .await
-        .expect("the consumer is pushed the holder's instance");
+    if got(vec![a.clone()]).await.is_none() {
+        for n in &nodes {
+            println!(
+                "{}: liveness {:?}; subscribers {:?}",
+                n.name,
+                get(&c, n.http(), &format!("/v1/services/{svc}/liveness")).await,
+                get(&c, n.http(), &format!("/v1/services/{svc}/subscribers")).await
+            );
+        }
+        panic!(
+            "the SDK consumer was not pushed the holder's instance; it printed {:?}",
+            pushed.lock().unwrap()
+        );
+    }
 
     // Which node holds the holder's session, and the consumer's subscription.
     let mut holder_node = None;
@@ -1526,6 +1546,16 @@ async fn nacos_python_sdk_with_three_nodes_keeps_its_registration_and_subscripti
         taken_over.map(|t| t.1),
         taken_over.map(|t| ms(killed, t.0).round())
     );
+    if taken_over.is_none() {
+        for n in &survivors {
+            println!(
+                "{} after the kill: cluster {:?}; liveness {:?}",
+                n.name,
+                get(&c, n.http(), "/v1/cluster").await,
+                get(&c, n.http(), &format!("/v1/services/{svc}/liveness")).await
+            );
+        }
+    }
     let (_, by) = taken_over.expect("the SDK re-registered on a surviving node");
     for n in &survivors {
         let kept = keeper(&c, n.http(), svc, &a).await;

@@ -1004,6 +1004,9 @@ async fn a_node_frozen_past_its_lease_ttl_loses_its_instances_and_brings_no_stal
     // `a`'s process dies while n2 is frozen: what n2 holds of it is stale.
     a.proc.signal(Signal::SIGKILL);
     a.proc.wait(Duration::from_secs(5)).await;
+    // Frozen for longer than the lease TTL in any case (etcd may expire the lease up to a
+    // third of the TTL before the freeze's TTL is over: the last renewal came before it).
+    tokio::time::sleep_until(frozen + Duration::from_millis(3500)).await;
     let thawed = Instant::now();
     n2.server.proc.signal(Signal::SIGCONT);
     println!("n2 frozen for {:.0} ms", ms(frozen, thawed));

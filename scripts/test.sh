@@ -60,6 +60,34 @@ if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&
   export GANGWAY_CONSOLE_E2E=require
 fi
 
+echo "== Nacos Python SDK (also for the cluster test)"
+nacos=tests/nacos
+apt_install() { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
+# The Python SDK refuses to start without an IPv4 address outside 127.0.0.0/8. Add a
+# documentation-range address on lo when the host has none; the tests still use 127.0.0.1 only.
+if ! command -v ip >/dev/null 2>&1; then
+  apt_install iproute2
+fi
+if ! ip -4 -o addr show | awk '{print $4}' | grep -qv '^127\.'; then
+  echo "   adding 192.0.2.10/32 on lo (the Python SDK needs a non-loopback IPv4)"
+  ip addr add 192.0.2.10/32 dev lo
+fi
+if [ ! -x "$nacos/python/.venv/bin/python" ]; then
+  python3 -m venv "$nacos/python/.venv" || {
+    apt_install python3-venv && python3 -m venv "$nacos/python/.venv"
+  }
+fi
+if ! "$nacos/python/.venv/bin/pip" show nacos-sdk-python 2>/dev/null | grep -qx 'Version: 3.2.0'; then
+  "$nacos/python/.venv/bin/pip" install -q --disable-pip-version-check nacos-sdk-python==3.2.0
+fi
+# PyPI `cryptography` makes the private CA of the TLS scenario (python_tls); the SDK's own
+# dependencies usually bring it already.
+if ! "$nacos/python/.venv/bin/pip" show cryptography >/dev/null 2>&1; then
+  "$nacos/python/.venv/bin/pip" install -q --disable-pip-version-check cryptography
+fi
+# crates/cli/tests/cluster_mode.rs runs the SDK against three cluster nodes: it must run here.
+export GANGWAY_NACOS_E2E=require
+
 echo "== tests (unit, property, socket, real processes)"
 # Output of failing tests only (.config/nextest.toml); the process tests' result tables of a
 # green run are in target/nextest/ci/junit.xml.
@@ -112,30 +140,6 @@ GANGWAY_BIN="$gangway" "$k8s_venv/bin/python" tests/k8s/kubelet.py
 # node_modules, target/nacos-rust); the scenarios and what they measure: tests/nacos/run.py.
 # ---------------------------------------------------------------------------------------------
 echo "== Nacos clients: install"
-nacos=tests/nacos
-apt_install() { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
-# The Python SDK refuses to start without an IPv4 address outside 127.0.0.0/8. Add a
-# documentation-range address on lo when the host has none; the tests still use 127.0.0.1 only.
-if ! command -v ip >/dev/null 2>&1; then
-  apt_install iproute2
-fi
-if ! ip -4 -o addr show | awk '{print $4}' | grep -qv '^127\.'; then
-  echo "   adding 192.0.2.10/32 on lo (the Python SDK needs a non-loopback IPv4)"
-  ip addr add 192.0.2.10/32 dev lo
-fi
-if [ ! -x "$nacos/python/.venv/bin/python" ]; then
-  python3 -m venv "$nacos/python/.venv" || {
-    apt_install python3-venv && python3 -m venv "$nacos/python/.venv"
-  }
-fi
-if ! "$nacos/python/.venv/bin/pip" show nacos-sdk-python 2>/dev/null | grep -qx 'Version: 3.2.0'; then
-  "$nacos/python/.venv/bin/pip" install -q --disable-pip-version-check nacos-sdk-python==3.2.0
-fi
-# PyPI `cryptography` makes the private CA of the TLS scenario (python_tls); the SDK's own
-# dependencies usually bring it already.
-if ! "$nacos/python/.venv/bin/pip" show cryptography >/dev/null 2>&1; then
-  "$nacos/python/.venv/bin/pip" install -q --disable-pip-version-check cryptography
-fi
 if ! command -v npm >/dev/null 2>&1; then
   apt_install nodejs npm
 fi

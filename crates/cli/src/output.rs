@@ -243,7 +243,11 @@ fn ack_report(what: &str, addr: &str, service: &str, r: &DrainReport) -> String 
     );
     if !r.acked.is_empty() || !r.laggards.is_empty() {
         // Cluster mode names the node holding each subscriber.
-        let nodes = r.acked.iter().chain(&r.laggards).any(|s| !s.node.is_empty());
+        let nodes = r
+            .acked
+            .iter()
+            .chain(&r.laggards)
+            .any(|s| !s.node.is_empty());
         let mut t = if nodes {
             table(&["subscriber", "node", "address", "acked revision", "status"])
         } else {

@@ -180,6 +180,24 @@ impl EtcdCluster {
         self.wait_healthy(i, Instant::now() + START_DEADLINE)
     }
 
+    /// Starts every member again on its ports and data directory, all at once (killing those
+    /// still running first), and waits until each is healthy: the way back after losing them
+    /// all, since one member alone has no quorum and is never healthy (so
+    /// [`restart`](Self::restart) of one member after another would wait in vain).
+    ///
+    /// Errors: as [`start`](Self::start), for the first member that fails.
+    pub fn restart_all(&mut self) -> Result<(), EtcdError> {
+        for i in 0..self.len() {
+            self.kill9(i);
+            self.spawn(i)?;
+        }
+        let deadline = Instant::now() + START_DEADLINE;
+        for i in 0..self.len() {
+            self.wait_healthy(i, deadline)?;
+        }
+        Ok(())
+    }
+
     /// True when member `i` answers `/health` with `{"health":"true"}` within
     /// [`HEALTH_TIMEOUT`].
     pub fn is_healthy(&self, i: usize) -> bool {

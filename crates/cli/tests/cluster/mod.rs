@@ -19,6 +19,13 @@ use tokio::time::Instant;
 /// Path of the binary under test.
 pub const GANGWAY: &str = env!("CARGO_BIN_EXE_gangway");
 
+/// The binary the processes run: `GANGWAY_TEST_BIN` when set (a copy, for a target directory
+/// shared with other builds that may replace `target/debug/gangway` meanwhile), else
+/// [`GANGWAY`].
+pub fn gangway_bin() -> String {
+    std::env::var("GANGWAY_TEST_BIN").unwrap_or_else(|_| GANGWAY.to_owned())
+}
+
 /// Longest wait for a process to print a line we expect.
 pub const STARTUP: Duration = Duration::from_secs(20);
 
@@ -31,7 +38,7 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: &[&str]) -> Proc {
-        let mut command = Command::new(GANGWAY);
+        let mut command = Command::new(gangway_bin());
         command.args(args);
         Self::spawn_command(command)
     }
@@ -42,7 +49,7 @@ impl Proc {
         command
             .arg("-c")
             .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
-            .arg(GANGWAY)
+            .arg(gangway_bin())
             .args(args);
         Self::spawn_command(command)
     }
@@ -202,6 +209,20 @@ impl Server {
         (server, log)
     }
 
+    /// Starts `gangway server` on the given addresses and keeps every line of its stderr (the
+    /// log), forwarded with `tag` (e.g. the node's name in a cluster test).
+    pub async fn start_tagged(
+        data_dir: &Path,
+        http: &str,
+        grpc: &str,
+        extra: &[&str],
+        tag: &'static str,
+    ) -> (Server, Arc<Mutex<Vec<String>>>) {
+        let mut server = Self::spawn(data_dir, http, grpc, extra, None).await;
+        let log = server.proc.keep_stderr(tag);
+        (server, log)
+    }
+
     /// Starts `gangway server` with fresh ports and its open-file limit lowered to `fd_limit`;
     /// its stderr is left to the caller.
     pub async fn start_with_fd_limit(data_dir: &Path, fd_limit: u64, extra: &[&str]) -> Server {
@@ -233,7 +254,24 @@ impl Server {
             Some(limit) => Proc::spawn_with_fd_limit(limit, &args),
             None => Proc::spawn(&args),
         };
-        let line = proc.line_starting("gangway server").await;
+        let line = match tokio::time::timeout(STARTUP, proc.stdout.next_line()).await {
+            Ok(Ok(Some(line))) if line.starts_with("gangway server") => line,
+            other => {
+                // Exited (or said something else) before its start line: show its stderr.
+                let _ = proc.child.start_kill();
+                let mut stderr = String::new();
+                if let Some(lines) = proc.stderr.as_mut() {
+                    let read = async {
+                        while let Ok(Some(l)) = lines.next_line().await {
+                            stderr.push_str(&l);
+                            stderr.push('\n');
+                        }
+                    };
+                    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+                }
+                panic!("gangway server {args:?} gave no start line ({other:?}); stderr:\n{stderr}");
+            }
+        };
         Server {
             http: addr_field(&line, "http"),
             grpc: addr_field(&line, "grpc"),

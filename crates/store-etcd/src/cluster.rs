@@ -125,7 +125,11 @@ async fn keep(
             }
         }
         id.store(0, Ordering::Release);
-        drop(current.lock().expect("lease lock").take());
+        // Not revoked: etcd expires it (if it has not already), and keys still bound to it go
+        // then; the node binds the keys of its live sessions to the new lease first.
+        if let Some(lost) = current.lock().expect("lease lock").take() {
+            lost.abandon();
+        }
         let mut pause = RETRY_FIRST;
         lease = loop {
             match crate::lease::grant(&shared, ttl).await {

@@ -143,6 +143,16 @@ impl NodeLease {
     }
 }
 
+impl NodeLease {
+    /// Stops the keep-alive without revoking: keys bound to the lease stay until etcd expires
+    /// it (at once if it did already). A lost lease is abandoned this way, so that a node can
+    /// first bind its live keys to a new lease (a put rebinds a key; no deletion is seen).
+    pub fn abandon(self) {
+        self.task.abort();
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for NodeLease {
     fn drop(&mut self) {
         // Also a lost one: etcd restores leases when it restarts, and this node no longer

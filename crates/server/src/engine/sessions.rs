@@ -44,12 +44,13 @@ impl Registry {
             SessionEntry {
                 peer,
                 client_name,
-                client_id,
+                client_id: client_id.clone(),
                 instances: BTreeSet::new(),
                 subscribers: BTreeSet::new(),
             },
         );
         self.inner.metrics.sessions_opened.inc();
+        self.adopt_on_reconnect(&id, &client_id);
         id
     }
 

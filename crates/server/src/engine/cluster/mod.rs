@@ -18,6 +18,7 @@ use gangway_core::model::{InstanceKey, ServiceKey};
 use gangway_store::cluster::{DrainAnswer, EphemeralEntry, Keeper, NodeRecord};
 use tokio::sync::{Notify, watch};
 
+mod adopt;
 mod drains;
 mod follow;
 mod nodes;

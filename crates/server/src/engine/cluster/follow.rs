@@ -13,7 +13,9 @@
 //! - A record of this node deleted by no node (this node's lease expired while it was paused or
 //!   cut off) is written again under the new lease if a live session of this node still keeps
 //!   it, checked against the key being absent, so an instance another node took over meanwhile
-//!   is never brought back.
+//!   is never brought back. Any other instance of this node whose record went (in stall grace,
+//!   heartbeat-kept) leaves this node's view too, as it left every other's: its client
+//!   registers it again (a heartbeat answered 404 makes a Nacos v1 SDK do so).
 //! - A re-list after a compaction replaces everything but this node's own instances.
 
 use std::collections::BTreeMap;
@@ -357,14 +359,12 @@ fn apply_ephemeral(
         }
         None => {
             c.known.remove(&id);
-            if own && writer.is_none() {
-                // This node's lease went. A live session's instance is written again under the
-                // new lease (checked against the key being absent); a heartbeat-kept one at its
-                // next heartbeat; one in stall grace stays only here until its grace ends.
-                if live_session {
-                    c.dirty.insert(id);
-                    c.wake.notify_one();
-                }
+            if own && writer.is_none() && live_session {
+                // This node's lease went while a session here still keeps the instance: written
+                // again under the new lease (checked against the key being absent, so one that
+                // another node took over meanwhile is not brought back).
+                c.dirty.insert(id);
+                c.wake.notify_one();
             } else if current.is_some() && !matches!(current, Some(Liveness::Probe(_))) {
                 state.remove(svc, &key);
             }

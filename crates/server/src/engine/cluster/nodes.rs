@@ -1,6 +1,7 @@
 //! This node's record in the cluster and the cluster's membership (`GET /v1/cluster`): every
-//! node writes its record, bound to its lease, at start, after a new lease, and every
-//! [`REFRESH`] when its counts of sessions or subscribers changed.
+//! node writes its record, bound to its lease, at start, after a new lease, and, looked at every
+//! [`REFRESH`], whenever it changed (its counts of sessions or subscribers, its lease) or the
+//! last write failed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -100,22 +101,31 @@ impl Registry {
         let Some(cluster) = self.inner.cluster.clone() else {
             return;
         };
-        self.write_node_record(&cluster);
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
-            let mut last = None;
+            // What the last record written said: written again when it changed or failed.
+            let mut last: Option<NodeRecord> = None;
             loop {
-                tokio::time::sleep(REFRESH).await;
                 let Some(inner) = weak.upgrade() else { return };
                 let registry = Registry { inner };
-                let counts = {
-                    let state = registry.lock();
-                    (state.sessions.len(), state.subscribers.len())
+                let Some(record) = registry.node_record(cluster.as_ref()) else {
+                    return;
                 };
-                if last != Some(counts) {
-                    last = Some(counts);
-                    registry.write_node_record(&cluster);
+                if last.as_ref() != Some(&record) && record.lease != 0 {
+                    let cluster = cluster.clone();
+                    let written = record.clone();
+                    let put = tokio::task::spawn_blocking(move || cluster.put_node(&written)).await;
+                    last = match put {
+                        Ok(Ok(())) => Some(record),
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "this node's record not written; retried");
+                            None
+                        }
+                        Err(_) => None,
+                    };
                 }
+                drop(registry);
+                tokio::time::sleep(REFRESH).await;
             }
         });
     }

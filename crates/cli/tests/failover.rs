@@ -6,10 +6,9 @@
 
 mod cluster;
 
-use std::process::Output;
 use std::time::Duration;
 
-use cluster::{DemoService, Proc, Server, addresses, poll};
+use cluster::{DemoService, Server, addresses, demo_client, gangway, poll};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -18,32 +17,13 @@ use tokio::time::Instant;
 /// reconnect backoff (at most 100 ms) plus a connect; 10 s leaves room for a loaded machine.
 const FAILOVER_WITHIN: Duration = Duration::from_secs(10);
 
-/// Runs the real binary with `--server server` and a clean environment for its own variables.
-async fn gangway(server: &str, args: &[&str]) -> Output {
-    tokio::process::Command::new(cluster::GANGWAY)
-        .arg("--server")
-        .arg(server)
-        .args(args)
-        .env_remove("GANGWAY_SERVER")
-        .env_remove("GANGWAY_NAMESPACE")
-        .env_remove("GANGWAY_GROUP")
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run gangway")
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// An address whose port refuses connections: bound, then closed.
+/// An address whose port refuses connections.
 fn dead_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    addr.to_string()
+    gangway_testkit::refused_address().to_string()
 }
 
 #[tokio::test]
@@ -123,22 +103,7 @@ async fn sessions_and_subscriptions_move_to_the_next_server_after_a_sigkill() {
     let (b_http, b_grpc) = (reserved_address(), reserved_address());
     let grpc = format!("{},{b_grpc}", a.grpc);
     let service = DemoService::start(&grpc, "one").await;
-    let mut client = Proc::spawn(&[
-        "demo-client",
-        "--registry",
-        &grpc,
-        "--service",
-        "demo",
-        "--rate",
-        "50",
-        "--duration",
-        "3s",
-        "--min-instances",
-        "1",
-        "--json",
-    ]);
-    client.stderr_line_starting("sending 150 requests").await;
-    client.forward_stderr("demo-client");
+    let mut client = demo_client(&grpc, 50, Duration::from_secs(3), 1, &[]).await;
     let b = Server::start(dirs[1].path(), &b_http, &b_grpc, &[]).await;
 
     let killed_at = Instant::now();
@@ -172,9 +137,15 @@ async fn sessions_and_subscriptions_move_to_the_next_server_after_a_sigkill() {
     // REST commands given both nodes reach the one still up.
     let http = format!("{},{}", a.http, b.http);
     let out = gangway(&http, &["list", "demo", "--json"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{http}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let view: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(addresses(&view), [service.addr.clone()]);
+    assert_eq!(addresses(&view), [service.addr.as_str()]);
 
     // The consumer follows B and its view holds the instance at the end (no change at all when
     // the demo-service was back on B before the demo-client's first snapshot from B). It may

@@ -206,19 +206,16 @@ async fn a_stopping_node_sends_the_client_to_the_next_at_once() {
     b.shutdown().await;
 }
 
-/// A port that refuses connections: bound, then closed again.
-async fn dead_address() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    format!("http://{addr}")
+/// A port that refuses connections.
+fn dead_address() -> String {
+    format!("http://{}", gangway_testkit::refused_address())
 }
 
 #[tokio::test]
 async fn connect_skips_a_dead_address_and_names_every_address_when_all_fail() {
     let live = registry().await;
     let live_addr = format!("http://{}", live.grpc_addr);
-    let dead = dead_address().await;
+    let dead = dead_address();
     let started = Instant::now();
     let client = Client::connect(
         ClientConfig::from_addresses([dead.clone(), live_addr.clone()]).with_random_start(false),
@@ -229,7 +226,7 @@ async fn connect_skips_a_dead_address_and_names_every_address_when_all_fail() {
     assert_eq!(client.session().unwrap().address, live_addr);
     client.close();
 
-    let other_dead = dead_address().await;
+    let other_dead = dead_address();
     let config = ClientConfig::from_addresses([dead.clone(), other_dead.clone()])
         .with_request_timeout(Duration::from_secs(1));
     let err = Client::connect(config).await.expect_err("nothing answers");

@@ -328,10 +328,7 @@ fn a_token_that_is_not_printable_ascii_is_refused_at_build() {
 
 /// An address whose port refuses connections.
 fn dead_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    addr.to_string()
+    gangway_testkit::refused_address().to_string()
 }
 
 #[tokio::test]

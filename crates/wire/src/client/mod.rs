@@ -16,8 +16,10 @@
 //! each at most once per call: on a failed connection (refused, [`CONNECT_TIMEOUT`], no such
 //! host) for every call, on a `503` answer (a node warming up, overloaded or stopping) for
 //! every call, and on a timeout or broken connection only for reads (`GET`, whose repetition
-//! changes nothing; a write that timed out may have taken effect). When every node failed that
-//! way, the error is one [`RestError::Unreachable`] naming each node with its failure.
+//! changes nothing; a write that timed out may have taken effect). Each node gets the call's
+//! whole timeout, so a read may take up to the number of nodes times it. When every node failed
+//! that way, the error is one [`RestError::Unreachable`] naming each node with its failure; when
+//! the last node answers 503, that answer is the error.
 //!
 //! ```no_run
 //! use gangway_wire::client::{RestClient, ServiceRef};
@@ -515,7 +517,10 @@ impl RestClient {
                     RestError::from_answer(&target.server, 503, Some("Service Unavailable"), &body)
                 }
                 Ok(resp) => {
-                    self.preferred.store(i, Ordering::Relaxed);
+                    // The last node's 503 is the answer, but no reason to start there next.
+                    if resp.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                        self.preferred.store(i, Ordering::Relaxed);
+                    }
                     return Ok((resp, &target.server));
                 }
                 Err(e) => {

@@ -46,6 +46,10 @@ pub struct ClientConfig {
     /// the list's order, wrapping around, after the [backoff](Self::backoff_initial). On the
     /// new node the client opens a new session with the same client id and restores every
     /// registration and subscription. A client stays on the node it reached (no fail-back).
+    /// With several addresses one attempt waits at most
+    /// [`connect_timeout`](Self::connect_timeout) + [`keepalive_timeout`](Self::keepalive_timeout)
+    /// (within [`request_timeout`](Self::request_timeout)) for the node's answer, so a frozen
+    /// node is left after seconds.
     pub addresses: Vec<String>,
     /// Whether the first connection attempt goes to a randomly chosen address of
     /// [`addresses`](Self::addresses) (`true`, the default) or to the first (`false`).

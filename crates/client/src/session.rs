@@ -240,7 +240,7 @@ impl Worker {
                 self.config.client_name.clone(),
                 self.client_id.clone(),
                 self.config.token.clone(),
-                self.config.request_timeout,
+                self.attempt_deadline(),
             );
             tokio::pin!(connect);
             let opened = loop {
@@ -315,6 +315,21 @@ impl Worker {
             s.connected = false;
             s.closed = true;
         });
+    }
+
+    /// How long one attempt may take to get its `Welcome`: the request timeout with one
+    /// address; with several, at most the connect timeout plus the keepalive timeout (4 s by
+    /// default), so that a node that accepts connections but does not answer (frozen) does not
+    /// hold the client for its whole request timeout while another node could serve it.
+    fn attempt_deadline(&self) -> Duration {
+        let c = &self.config;
+        if self.endpoints.len() > 1 {
+            c.connect_timeout
+                .saturating_add(c.keepalive_timeout)
+                .min(c.request_timeout)
+        } else {
+            c.request_timeout
+        }
     }
 
     /// The next attempt goes to the next address, wrapping around.

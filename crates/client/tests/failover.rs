@@ -243,3 +243,29 @@ async fn connect_skips_a_dead_address_and_names_every_address_when_all_fail() {
     assert!(err.is_retryable());
     live.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_node_that_accepts_but_never_answers_is_left_after_connect_plus_keepalive_timeout() {
+    let live = registry().await;
+    let live_addr = format!("http://{}", live.grpc_addr);
+    // Bound but never accepting: the kernel completes the TCP handshake, nobody answers (a
+    // frozen node).
+    let frozen = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let frozen_addr = format!("http://{}", frozen.local_addr().unwrap());
+    let mut config = ClientConfig::from_addresses([frozen_addr, live_addr.clone()])
+        .with_random_start(false)
+        .with_request_timeout(Duration::from_secs(30));
+    config.connect_timeout = Duration::from_millis(200);
+    config.keepalive_timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let client = Client::connect(config)
+        .await
+        .expect("the live node answers");
+    let took = started.elapsed();
+    println!("connected past a frozen node in {took:?}");
+    assert_eq!(client.session().unwrap().address, live_addr);
+    // One attempt of at most 500 ms, one backoff of at most 100 ms, then the live node.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    client.close();
+    live.shutdown().await;
+}

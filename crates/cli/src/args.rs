@@ -121,10 +121,49 @@ pub fn parse_addr(s: &str) -> Result<Addr, String> {
     })
 }
 
-/// Checks a `--server` value: `HOST:PORT` or `[IPV6]:PORT` with a port 1-65535, optionally
-/// prefixed with `http://` or `https://` (TLS; `--ca` for a private CA) and a trailing `/`.
-/// Returns it as given.
+/// Most addresses one `--server` (or `--registry`) list may hold: 64, as the REST client's
+/// [`MAX_SERVERS`](gangway_wire::client::MAX_SERVERS).
+pub const MAX_SERVERS: usize = gangway_wire::client::MAX_SERVERS;
+
+/// Checks a `--server` (or `--registry`) value: one address or several nodes of one registry
+/// separated by commas, `HOST:PORT,HOST:PORT` (no spaces; at most [`MAX_SERVERS`], none twice,
+/// all `https://` or none), each checked by [`parse_one_server`]. A bad entry of a list is named
+/// by its position: `address 2 of 3: empty address (...)`. Returns the value as given.
 pub fn parse_server(s: &str) -> Result<String, String> {
+    let entries: Vec<&str> = s.split(',').collect();
+    let n = entries.len();
+    if n == 1 {
+        return parse_one_server(s);
+    }
+    if n > MAX_SERVERS {
+        return Err(format!("{n} addresses, at most {MAX_SERVERS}"));
+    }
+    for (i, entry) in entries.iter().enumerate() {
+        let at = |why: String| format!("address {} of {n}: {why}", i + 1);
+        parse_one_server(entry).map_err(at)?;
+        if entries[..i].contains(entry) {
+            return Err(at(format!("{entry:?} is given twice")));
+        }
+    }
+    let https = entries.iter().filter(|e| e.starts_with("https://")).count();
+    if https != 0 && https != n {
+        return Err(format!(
+            "mixes https:// and http:// addresses (the nodes of one registry serve alike), got \
+             {s:?}"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+/// The addresses of a [`parse_server`] value, in order.
+pub fn server_list(s: &str) -> Vec<String> {
+    s.split(',').map(str::to_owned).collect()
+}
+
+/// Checks one address: `HOST:PORT` or `[IPV6]:PORT` with a port 1-65535, optionally prefixed
+/// with `http://` or `https://` (TLS; `--ca` for a private CA) and a trailing `/`. Returns it
+/// as given.
+pub fn parse_one_server(s: &str) -> Result<String, String> {
     const SHAPE: &str = "expected HOST:PORT, e.g. 127.0.0.1:8848";
     if s.contains("://") && !s.starts_with("http://") && !s.starts_with("https://") {
         return Err(format!(
@@ -296,6 +335,42 @@ mod tests {
             "{}",
             err("bad host:80")
         );
+    }
+
+    #[test]
+    fn a_server_list_names_its_bad_entry_by_position() {
+        assert_eq!(
+            parse_server("a:1,https://b:2").unwrap_err(),
+            "mixes https:// and http:// addresses (the nodes of one registry serve alike), got \
+             \"a:1,https://b:2\""
+        );
+        assert_eq!(
+            parse_server("a:1,,b:2").unwrap_err(),
+            "address 2 of 3: empty address (expected HOST:PORT, e.g. 127.0.0.1:8848)"
+        );
+        assert_eq!(
+            parse_server("a:1,b:0").unwrap_err(),
+            "address 2 of 2: port: must be 1-65535, got 0"
+        );
+        assert_eq!(
+            parse_server("a:1,a:1").unwrap_err(),
+            "address 2 of 2: \"a:1\" is given twice"
+        );
+        assert!(
+            parse_server("a:1, b:2")
+                .unwrap_err()
+                .starts_with("address 2 of 2: ")
+        );
+        assert!(
+            parse_server("a:1,")
+                .unwrap_err()
+                .starts_with("address 2 of 2: empty")
+        );
+        let many = vec!["h:1"; MAX_SERVERS + 1].join(",");
+        assert_eq!(parse_server(&many).unwrap_err(), "65 addresses, at most 64");
+        assert_eq!(parse_server("a:1,[::1]:2").unwrap(), "a:1,[::1]:2");
+        assert_eq!(server_list("a:1,[::1]:2"), ["a:1", "[::1]:2"]);
+        assert_eq!(server_list("a:1"), ["a:1"]);
     }
 
     #[test]

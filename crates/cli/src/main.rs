@@ -44,7 +44,9 @@ pub const DEFAULT_SERVER: &str = "127.0.0.1:8848";
     max_term_width = 100
 )]
 struct Cli {
-    /// Registry REST address, HOST:PORT (or http://HOST:PORT, https://HOST:PORT for TLS).
+    /// Registry REST address, HOST:PORT (or http://HOST:PORT, https://HOST:PORT for TLS), or
+    /// several nodes of one registry, HOST:PORT,HOST:PORT: tried in that order while one does
+    /// not answer (docs/cluster.md, "Client failover").
     #[arg(
         long,
         short = 's',

@@ -8,7 +8,8 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
 /// The local IP the kernel would use to connect to `target` (`HOST:PORT`, `[IPV6]:PORT`, with
-/// or without `http://` or `https://`).
+/// or without `http://` or `https://`; of a list `A,B`, the first address: the nodes of one
+/// registry are behind one route, and the first is the one every command names alike).
 ///
 /// Nothing is sent: a UDP socket is connected, which only picks the route, and asked for its
 /// local address. A host name is resolved first; its first address counts.
@@ -16,7 +17,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 /// # Errors
 /// The name does not resolve, or no route leads to it (`ENETUNREACH`).
 pub async fn local_ip_toward(target: &str) -> io::Result<IpAddr> {
-    let host_port = crate::args::strip_scheme(target);
+    let first = target.split(',').next().unwrap_or(target);
+    let host_port = crate::args::strip_scheme(first);
     let host_port = host_port.strip_suffix('/').unwrap_or(host_port);
     let peer = tokio::net::lookup_host(host_port)
         .await?
@@ -42,7 +44,12 @@ mod tests {
 
     #[tokio::test]
     async fn loopback_is_reached_from_loopback() {
-        for target in ["127.0.0.1:8848", "http://127.0.0.1:8848/", "localhost:9848"] {
+        for target in [
+            "127.0.0.1:8848",
+            "http://127.0.0.1:8848/",
+            "localhost:9848",
+            "127.0.0.1:8848,192.0.2.1:8848",
+        ] {
             let ip = local_ip_toward(target).await.unwrap();
             assert!(ip.is_loopback(), "{target}: {ip}");
         }

@@ -265,6 +265,11 @@ fn server_must_be_host_and_port() {
         ("ftp://h:8848", "only http:// and https://"),
         ("https://h:8848/v1", "expected HOST:PORT"),
         ("h:8848/v1", "expected HOST:PORT"),
+        ("a:1,,b:2", "address 2 of 3: empty address"),
+        (
+            "127.0.0.1:8848,h:0",
+            "address 2 of 2: port: must be 1-65535",
+        ),
     ] {
         let line = value_error(&["--server", server, "services"]);
         assert!(
@@ -280,6 +285,7 @@ fn server_must_be_host_and_port() {
         "[::1]:8848",
         "http://registry.internal:8848/",
         "https://registry.internal:8848",
+        "10.0.0.1:8848,10.0.0.2:8848,[fd00::3]:8848",
     ] {
         let cli = parse(&["services", "--server", server]).unwrap();
         assert_eq!(cli.server, server);

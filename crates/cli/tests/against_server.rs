@@ -1,29 +1,15 @@
 //! The real `gangway` binary against a real in-process registry (`gangway_server::start` on
 //! 127.0.0.1:0): the wire shapes the CLI expects are the ones the server sends.
 
+mod cluster;
 #[path = "fake_registry/running.rs"]
 mod running;
 
 use std::process::Output;
 
+use cluster::gangway;
 use running::Running;
 use serde_json::Value;
-
-/// Runs the real binary against `server` with a clean environment for its own variables.
-async fn gangway(server: &str, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_gangway"))
-        .arg("--server")
-        .arg(server)
-        .args(args)
-        .env_remove("GANGWAY_SERVER")
-        .env_remove("GANGWAY_NAMESPACE")
-        .env_remove("GANGWAY_GROUP")
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run gangway")
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

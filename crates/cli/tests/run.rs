@@ -401,6 +401,43 @@ async fn wrapper_sigkill_removes_the_instance_within_a_second() {
     );
 }
 
+/// `--registry A,B`: when the registry A the wrapper is on is killed, the wrapper's session
+/// moves to B and registers the instance there (docs/cluster.md, "Client failover").
+#[tokio::test]
+async fn the_wrapper_registers_on_the_next_registry_after_a_sigkill_of_its_own() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let a = Server::start(dirs[0].path(), "127.0.0.1:0", "127.0.0.1:0", &[]).await;
+    // B is not up yet: whichever address the wrapper tries first, it ends up on A.
+    let b_http = gangway_testkit::refused_address().to_string();
+    let b_grpc = gangway_testkit::refused_address().to_string();
+    let mut w = Wrapper::start(&format!("{},{b_grpc}", a.grpc), &[]).await;
+    w.event("ready").await;
+    let addr = w.addr();
+    assert_eq!(
+        addresses(&a.get("/v1/services/demo/instances").await),
+        std::slice::from_ref(&addr)
+    );
+    let b = Server::start(dirs[1].path(), &b_http, &b_grpc, &[]).await;
+    a.proc.signal(Signal::SIGKILL);
+    let killed = Instant::now();
+    let back = poll(Duration::from_secs(10), || async {
+        let listing = b.get("/v1/services/demo/instances").await;
+        addresses(&listing)
+            .contains(&addr)
+            .then(|| killed.elapsed())
+    })
+    .await
+    .expect("the wrapper registered the instance on B");
+    println!(
+        "registry SIGKILL: the wrapper's instance is on the next registry after {} ms",
+        back.as_millis()
+    );
+    assert!(
+        w.child.try_wait().unwrap().is_none(),
+        "the wrapper keeps running"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_is_503_before_200_after_the_acks_and_503_from_sigterm() {
     let data = tempfile::tempdir().unwrap();

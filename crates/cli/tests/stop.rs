@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cluster::{DemoService, Proc, Server, poll};
+use cluster::{DemoService, Server, demo_client, poll};
 use futures::{StreamExt, TryStreamExt};
 use gangway_bench::drivers::nacos_grpc::{NacosConn, host_ports};
 use gangway_client::{Client, ClientConfig};
@@ -257,23 +257,8 @@ async fn a_restart_under_a_thousand_sessions_is_bounded_and_loses_nothing() {
     let first_revision = native_views.lock().unwrap().last().unwrap().0;
 
     // A demo-client at 60 req/s through the restart.
-    let mut client = Proc::spawn(&[
-        "demo-client",
-        "--registry",
-        &grpc,
-        "--service",
-        "demo",
-        "--rate",
-        "60",
-        "--duration",
-        "12s",
-        "--min-instances",
-        "3",
-        "--json",
-    ]);
-    client.stderr_line_starting("sending 720 requests").await;
+    let mut client = demo_client(&grpc, 60, Duration::from_secs(12), 3, &[]).await;
     let sending = Instant::now();
-    client.forward_stderr("demo-client");
     tokio::time::sleep_until(sending + Duration::from_secs(2)).await;
 
     let (took, line) = stop(&mut server, Signal::SIGTERM).await;

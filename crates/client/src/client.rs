@@ -18,8 +18,10 @@ use crate::{ClientConfig, Error, Subscription};
 /// A connection to the registry: one session stream per `Client`, shared by its clones.
 ///
 /// Cheap to clone (an `Arc` inside). A background task owns the stream and reconnects with
-/// backoff whenever it ends; after each reconnect it re-sends every live registration and
-/// re-subscribes every live subscription, so a registry restart restores everything.
+/// backoff whenever it ends, to the next of [`ClientConfig::addresses`] (the nodes of one
+/// cluster); after each reconnect it re-sends every live registration and re-subscribes every
+/// live subscription, so a registry restart or the loss of a node restores everything, and
+/// subscribers keep their last view until the new session's first snapshot.
 ///
 /// The session ends (and the registry removes this session's instances at once) on
 /// [`close`](Self::close) or when the client, all its clones and every [`Registration`] and
@@ -47,6 +49,9 @@ pub struct SessionInfo {
     pub boot_id: String,
     /// This client's address as the registry saw it, `ip:port`.
     pub peer: String,
+    /// The configured registry address the session is on: one of
+    /// [`ClientConfig::addresses`], as given; it changes when the client fails over.
+    pub address: String,
 }
 
 /// An instance registered through a [`Client`], kept alive by its session.
@@ -96,10 +101,10 @@ impl Client {
     /// [`Error::InvalidConfig`] for a bad config.
     pub fn start(config: ClientConfig) -> Result<Client, Error> {
         config.validate()?;
-        let endpoint = config.endpoint()?;
+        let endpoints = config.endpoints()?;
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (state_tx, state) = watch::channel(SessionState::default());
-        tokio::spawn(Worker::new(config.clone(), endpoint, command_rx, state_tx).run());
+        tokio::spawn(Worker::new(config.clone(), endpoints, command_rx, state_tx).run());
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
@@ -132,12 +137,8 @@ impl Client {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::Closed),
             Err(_) => Err(Error::Connect {
-                address: self.inner.config.address.clone(),
-                reason: state
-                    .borrow()
-                    .last_error
-                    .clone()
-                    .unwrap_or_else(|| format!("no session within {timeout:?}")),
+                address: self.inner.config.address_list(),
+                reason: connect_failure(&state.borrow(), timeout),
             }),
         }
     }
@@ -274,11 +275,27 @@ impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.inner.state.borrow();
         f.debug_struct("Client")
-            .field("address", &self.inner.config.address)
+            .field("addresses", &self.inner.config.addresses)
             .field("session", &state.info)
             .field("connected", &state.connected)
             .finish()
     }
+}
+
+/// Why no session came up within `timeout`: the last failure, or with several addresses the
+/// last failure of each (`a:1: reason; b:2: reason`).
+fn connect_failure(state: &SessionState, timeout: Duration) -> String {
+    match state.failures.as_slice() {
+        [] => state.last_error.clone(),
+        [(_, one)] => Some(one.clone()),
+        many => Some(
+            many.iter()
+                .map(|(address, reason)| format!("{address}: {reason}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    }
+    .unwrap_or_else(|| format!("no session within {timeout:?}"))
 }
 
 impl Registration {

@@ -6,10 +6,13 @@ use crate::Error;
 
 /// Default pull fallback interval: 30 s (DESIGN §4, `R`).
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(30);
-/// Default first reconnect delay: 100 ms.
+/// Default first reconnect delay: 100 ms (the delay actually slept is drawn from its upper half,
+/// 50-100 ms: [`ClientConfig::backoff_initial`]).
 pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
-/// Default reconnect delay cap: 2 s.
+/// Default reconnect delay cap: 2 s (slept: 1-2 s).
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Most registry addresses a [`ClientConfig`] may list: 64.
+pub const MAX_ADDRESSES: usize = 64;
 /// Default deadline of one request (and of [`Client::connect`](crate::Client::connect)): 10 s.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default TCP connect timeout: 1 s.
@@ -32,17 +35,37 @@ pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    /// Registry gRPC address: `http://host:port`, `https://host:port` (TLS; cargo feature
-    /// `tls`) or `host:port` (then `http://` is assumed).
-    pub address: String,
+    /// Registry gRPC addresses, 1 to [`MAX_ADDRESSES`] of them, each `http://host:port`,
+    /// `https://host:port` (TLS; cargo feature `tls`) or `host:port` (then `http://` is
+    /// assumed); all `https://` or none, no address twice.
+    ///
+    /// Several addresses name nodes of one cluster (docs/cluster.md, "Client failover"): the
+    /// session is on one of them at a time. The first attempt goes to a random one when
+    /// [`random_start`](Self::random_start) is set (the default; it spreads a fleet that shares
+    /// one list over the nodes), else to the first; every later attempt goes to the next one in
+    /// the list's order, wrapping around, after the [backoff](Self::backoff_initial). On the
+    /// new node the client opens a new session with the same client id and restores every
+    /// registration and subscription. A client stays on the node it reached (no fail-back).
+    /// With several addresses one attempt waits at most
+    /// [`connect_timeout`](Self::connect_timeout) + [`keepalive_timeout`](Self::keepalive_timeout)
+    /// (within [`request_timeout`](Self::request_timeout)) for the node's answer, so a frozen
+    /// node is left after seconds.
+    pub addresses: Vec<String>,
+    /// Whether the first connection attempt goes to a randomly chosen address of
+    /// [`addresses`](Self::addresses) (`true`, the default) or to the first (`false`).
+    pub random_start: bool,
     /// Name shown in the registry's subscriber listings. Default `gangway-client/<pid>`.
     pub client_name: String,
     /// Pull fallback interval: every subscription pulls (conditional on its revision) this
     /// often, in case a push was lost. Default [`DEFAULT_REFRESH`]; must be > 0.
     pub refresh: Duration,
-    /// First delay before reconnecting after the stream ended or a connect failed; doubles on
-    /// every failed attempt up to [`backoff_max`](Self::backoff_max). Default
-    /// [`DEFAULT_BACKOFF_INITIAL`]; must be > 0.
+    /// First delay before reconnecting (to the next address) after the stream ended or a
+    /// connect failed; doubles on every failed attempt up to
+    /// [`backoff_max`](Self::backoff_max), and starts again from here once a session is up.
+    /// The time actually slept is drawn uniformly from the upper half of the delay (d/2..=d,
+    /// jitter so that the clients of a node that died do not all come back at the same
+    /// instant). A registry that says it is going away (`GoAway`, a node stopping) is left at
+    /// once, without a delay. Default [`DEFAULT_BACKOFF_INITIAL`]; must be > 0.
     pub backoff_initial: Duration,
     /// Reconnect delay cap. Default [`DEFAULT_BACKOFF_MAX`]; must be >= `backoff_initial`.
     pub backoff_max: Duration,
@@ -119,10 +142,18 @@ impl std::fmt::Debug for Token {
 }
 
 impl ClientConfig {
-    /// A config for `address` with every other field at its default.
+    /// A config for the one registry at `address` with every other field at its default.
     pub fn new(address: impl Into<String>) -> Self {
+        Self::from_addresses([address])
+    }
+
+    /// A config for the registry nodes at `addresses` (in failover order, see
+    /// [`addresses`](Self::addresses)) with every other field at its default. An empty list
+    /// is refused by [`validate`](Self::validate).
+    pub fn from_addresses<A: Into<String>>(addresses: impl IntoIterator<Item = A>) -> Self {
         Self {
-            address: address.into(),
+            addresses: addresses.into_iter().map(Into::into).collect(),
+            random_start: true,
             client_name: format!("gangway-client/{}", std::process::id()),
             refresh: DEFAULT_REFRESH,
             backoff_initial: DEFAULT_BACKOFF_INITIAL,
@@ -164,11 +195,14 @@ impl ClientConfig {
         self
     }
 
-    /// The address is `https://`.
+    /// The addresses are `https://` (all of them: [`validate`](Self::validate) refuses a mix).
     fn is_https(&self) -> bool {
-        self.address
-            .get(..8)
-            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+        self.addresses.iter().any(|a| is_https(a))
+    }
+
+    /// The addresses as one line for messages: `a:1, b:2`.
+    pub fn address_list(&self) -> String {
+        self.addresses.join(", ")
     }
 
     /// Sets [`token`](Self::token).
@@ -209,13 +243,15 @@ impl ClientConfig {
         self
     }
 
-    /// The address with a scheme: `http://` is prepended when none is given.
-    pub fn uri(&self) -> String {
-        if self.address.contains("://") {
-            self.address.clone()
-        } else {
-            format!("http://{}", self.address)
-        }
+    /// Sets [`random_start`](Self::random_start).
+    pub fn with_random_start(mut self, random_start: bool) -> Self {
+        self.random_start = random_start;
+        self
+    }
+
+    /// Each address with a scheme, in order: `http://` is prepended where none is given.
+    pub fn uris(&self) -> Vec<String> {
+        self.addresses.iter().map(|a| uri(a)).collect()
     }
 
     /// Checks every field; all problems are reported together.
@@ -224,11 +260,7 @@ impl ClientConfig {
     /// [`Error::InvalidConfig`] listing each problem.
     pub fn validate(&self) -> Result<(), Error> {
         let mut problems = Vec::new();
-        if self.address.trim().is_empty() {
-            problems.push("address: empty".to_owned());
-        } else if tonic::transport::Endpoint::from_shared(self.uri()).is_err() {
-            problems.push(format!("address: not a valid URI: {:?}", self.address));
-        }
+        self.check_addresses(&mut problems);
         for (name, value) in [
             ("refresh", self.refresh),
             ("backoff_initial", self.backoff_initial),
@@ -268,6 +300,41 @@ impl ClientConfig {
         }
     }
 
+    /// The address list's problems: none or too many, an empty or unparsable entry, one given
+    /// twice, a mix of `https://` and not.
+    fn check_addresses(&self, problems: &mut Vec<String>) {
+        let n = self.addresses.len();
+        if n == 0 {
+            problems.push("addresses: empty list (give at least one registry address)".to_owned());
+        } else if n > MAX_ADDRESSES {
+            problems.push(format!("addresses: {n} given, at most {MAX_ADDRESSES}"));
+        }
+        // One address keeps the field name of one address in messages.
+        let name = |i: usize| {
+            if n == 1 {
+                "address".to_owned()
+            } else {
+                format!("addresses[{i}]")
+            }
+        };
+        for (i, address) in self.addresses.iter().enumerate() {
+            if address.trim().is_empty() {
+                problems.push(format!("{}: empty", name(i)));
+            } else if tonic::transport::Endpoint::from_shared(uri(address)).is_err() {
+                problems.push(format!("{}: not a valid URI: {address:?}", name(i)));
+            } else if self.addresses[..i].contains(address) {
+                problems.push(format!("{}: {address:?} is given twice", name(i)));
+            }
+        }
+        let https = self.addresses.iter().filter(|a| is_https(a)).count();
+        if https != 0 && https != n {
+            problems.push(
+                "addresses: mixes https:// and http:// (the nodes of one registry serve alike)"
+                    .to_owned(),
+            );
+        }
+    }
+
     /// The TLS settings' problems: they need an `https://` address, an `https://` address
     /// needs the `tls` feature, and the PEM texts must hold a certificate (and a key).
     fn check_tls(&self, problems: &mut Vec<String>) {
@@ -304,13 +371,19 @@ impl ClientConfig {
         }
     }
 
-    /// The tonic endpoint: connect timeout, keepalive, TCP_NODELAY, and TLS for `https://`.
-    pub(crate) fn endpoint(&self) -> Result<tonic::transport::Endpoint, Error> {
+    /// One tonic endpoint per address, in order.
+    pub(crate) fn endpoints(&self) -> Result<Vec<tonic::transport::Endpoint>, Error> {
+        self.addresses.iter().map(|a| self.endpoint(a)).collect()
+    }
+
+    /// The tonic endpoint of `address`: connect timeout, keepalive, TCP_NODELAY, and TLS for
+    /// `https://`.
+    fn endpoint(&self, address: &str) -> Result<tonic::transport::Endpoint, Error> {
         let invalid = |e: &dyn std::fmt::Display| Error::InvalidConfig {
-            problems: vec![format!("address: {e}")],
+            problems: vec![format!("address {address:?}: {e}")],
         };
         let endpoint =
-            tonic::transport::Endpoint::from_shared(self.uri()).map_err(|e| invalid(&e))?;
+            tonic::transport::Endpoint::from_shared(uri(address)).map_err(|e| invalid(&e))?;
         let endpoint = endpoint
             .connect_timeout(self.connect_timeout)
             .http2_keep_alive_interval(self.keepalive_interval)
@@ -334,6 +407,22 @@ impl ClientConfig {
     }
 }
 
+/// `address` with a scheme: `http://` is prepended when none is given.
+fn uri(address: &str) -> String {
+    if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    }
+}
+
+/// `address` starts with `https://` (in any case).
+fn is_https(address: &str) -> bool {
+    address
+        .get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,14 +430,51 @@ mod tests {
     #[test]
     fn defaults() {
         let c = ClientConfig::new("127.0.0.1:9848");
-        assert_eq!(c.uri(), "http://127.0.0.1:9848");
+        assert_eq!(c.uris(), ["http://127.0.0.1:9848"]);
+        assert!(c.random_start);
         assert_eq!(c.refresh, Duration::from_secs(30));
         assert_eq!(c.backoff_initial, Duration::from_millis(100));
         assert_eq!(c.backoff_max, Duration::from_secs(2));
         assert_eq!(c.request_timeout, Duration::from_secs(10));
         assert_eq!(c.connect_timeout, Duration::from_secs(1));
         assert!(c.validate().is_ok());
-        assert_eq!(ClientConfig::new("http://h:1").uri(), "http://h:1");
+        assert_eq!(ClientConfig::new("http://h:1").uris(), ["http://h:1"]);
+        let two = ClientConfig::from_addresses(["a:1", "https://b:2"]);
+        assert_eq!(two.uris(), ["http://a:1", "https://b:2"]);
+        assert_eq!(two.address_list(), "a:1, https://b:2");
+    }
+
+    #[test]
+    fn every_bad_address_of_a_list_is_named() {
+        let problems = |c: ClientConfig| match c.validate() {
+            Err(Error::InvalidConfig { problems }) => problems,
+            other => panic!("accepted: {other:?}"),
+        };
+        assert_eq!(
+            problems(ClientConfig::from_addresses(Vec::<String>::new())),
+            ["addresses: empty list (give at least one registry address)"]
+        );
+        assert_eq!(
+            problems(ClientConfig::from_addresses(["a:1", " ", "b:2", "a:1"])),
+            [
+                "addresses[1]: empty",
+                "addresses[3]: \"a:1\" is given twice"
+            ]
+        );
+        assert_eq!(
+            problems(ClientConfig::from_addresses(["http://a:1", "https://b:2"]))[0],
+            "addresses: mixes https:// and http:// (the nodes of one registry serve alike)"
+        );
+        let many: Vec<String> = (0..=MAX_ADDRESSES).map(|i| format!("h{i}:1")).collect();
+        assert_eq!(
+            problems(ClientConfig::from_addresses(many)),
+            ["addresses: 65 given, at most 64"]
+        );
+        assert!(
+            ClientConfig::from_addresses(["a:1", "b:2"])
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]

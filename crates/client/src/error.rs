@@ -18,12 +18,16 @@ pub enum Error {
         /// One line per problem, each naming its field.
         problems: Vec<String>,
     },
-    /// No session could be established with the registry before the deadline.
+    /// No session could be established with the registry before the deadline, at any of its
+    /// addresses.
     #[error("cannot connect to the registry at {address}: {reason}")]
     Connect {
-        /// The configured address.
+        /// The configured addresses, `a:1, b:2` ([`ClientConfig::address_list`]).
+        ///
+        /// [`ClientConfig::address_list`]: crate::ClientConfig::address_list
         address: String,
-        /// The last transport or handshake failure, as text.
+        /// The last transport or handshake failure, as text; with several addresses, the last
+        /// failure of each tried: `a:1: reason; b:2: reason`.
         reason: String,
     },
     /// The registry answered the request with an error.
@@ -42,7 +46,7 @@ pub enum Error {
     /// retrying, and a client whose reconnect is refused fails its requests with it.
     #[error("refused by the registry at {address}: {code}: {message}")]
     Unauthorized {
-        /// The configured address.
+        /// The configured address that refused them.
         address: String,
         /// [`ErrorCode::Unauthenticated`] or [`ErrorCode::Forbidden`], as REST's.
         code: ErrorCode,

@@ -1,6 +1,9 @@
 //! gangway's Rust client SDK (DESIGN §3–§5).
 //!
-//! One [`Client`] holds one session stream to the registry. Through it a process
+//! One [`Client`] holds one session stream to the registry, to one of the nodes it is given
+//! ([`ClientConfig::from_addresses`]; it fails over to the next with backoff, restoring
+//! registrations and subscriptions there: docs/cluster.md, "Client failover"). Through it a
+//! process
 //! - registers its instances ([`Client::register`]); they live as long as the session, are
 //!   restored after every reconnect, and leave through [`Registration::deregister`] or an
 //!   ack-based [`Registration::drain`]; [`Registration::ready`] tells when every consumer has
@@ -57,7 +60,7 @@ pub use client::{Client, ReadyReport, Registration, SessionInfo};
 pub use config::{
     ClientConfig, ClientIdentity, ClientTls, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
-    DEFAULT_REFRESH, DEFAULT_REQUEST_TIMEOUT, MAX_DURATION, Token,
+    DEFAULT_REFRESH, DEFAULT_REQUEST_TIMEOUT, MAX_ADDRESSES, MAX_DURATION, Token,
 };
 pub use error::Error;
 pub use gangway_core::drain::{DrainReport, SubscriberAck};

@@ -2,9 +2,11 @@
 //!
 //! One task per [`Client`](crate::Client). It connects, says `Hello`, waits for `Welcome`, then
 //! multiplexes requests, replies, pushes, acks and pulls over the one stream. When the stream
-//! ends it reconnects with backoff and, on the new session, re-sends every live registration and
-//! subscription and every request still waiting for its reply. All state lives in this task;
-//! handles talk to it through [`Command`]s, so no lock is shared with callers.
+//! ends it reconnects with backoff, to the next of the configured addresses (the nodes of one
+//! cluster; a single address is a list of one), and, on the new session, re-sends every live
+//! registration and subscription and every request still waiting for its reply. Subscribers
+//! keep the view they hold until the new session's first snapshot replaces it. All state lives
+//! in this task; handles talk to it through [`Command`]s, so no lock is shared with callers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -81,6 +83,9 @@ pub(crate) struct SessionState {
     pub(crate) connected: bool,
     /// Why the last connection attempt or session ended.
     pub(crate) last_error: Option<String>,
+    /// The last failure of each address tried since the last session came up, in the order
+    /// first tried: (address, reason). Cleared when a session is established.
+    pub(crate) failures: Vec<(String, String)>,
     /// The registry refused the credentials: the worker stopped for good.
     pub(crate) refused: Option<Error>,
     pub(crate) closed: bool,
@@ -176,7 +181,10 @@ struct Conn {
 /// The session task's state.
 pub(crate) struct Worker {
     config: ClientConfig,
-    endpoint: Endpoint,
+    /// One per [`ClientConfig::addresses`], same order.
+    endpoints: Vec<Endpoint>,
+    /// Index of the address the session is on, or the next attempt goes to.
+    current: usize,
     commands: mpsc::UnboundedReceiver<Command>,
     state: watch::Sender<SessionState>,
     /// Live registrations confirmed by the registry, restored after each reconnect.
@@ -195,13 +203,20 @@ pub(crate) struct Worker {
 impl Worker {
     pub(crate) fn new(
         config: ClientConfig,
-        endpoint: Endpoint,
+        endpoints: Vec<Endpoint>,
         commands: mpsc::UnboundedReceiver<Command>,
         state: watch::Sender<SessionState>,
     ) -> Self {
+        let n = endpoints.len();
+        let current = if config.random_start && n > 1 {
+            rand::random_range(0..n)
+        } else {
+            0
+        };
         Self {
             config,
-            endpoint,
+            endpoints,
+            current,
             commands,
             state,
             registrations: BTreeMap::new(),
@@ -214,16 +229,18 @@ impl Worker {
         }
     }
 
-    /// Connect, serve, reconnect with backoff, until closed or every handle is gone.
+    /// Connect, serve, reconnect with backoff (to the next address after each failed attempt
+    /// or ended session), until closed or every handle is gone.
     pub(crate) async fn run(mut self) {
         let mut backoff = self.config.backoff_initial;
         loop {
+            let address = self.config.addresses[self.current].clone();
             let connect = open(
-                self.endpoint.clone(),
+                self.endpoints[self.current].clone(),
                 self.config.client_name.clone(),
                 self.client_id.clone(),
                 self.config.token.clone(),
-                self.config.request_timeout,
+                self.attempt_deadline(),
             );
             tokio::pin!(connect);
             let opened = loop {
@@ -235,21 +252,30 @@ impl Worker {
             match opened {
                 Ok(conn) => {
                     backoff = self.config.backoff_initial;
-                    if !self.serve(conn).await {
+                    if !self.serve(conn, &address).await {
                         return self.finish();
                     }
+                    self.advance();
                     if self.go_away.take().is_some() {
-                        continue; // the registry is restarting: reconnect at once
+                        continue; // the node is stopping: go to the next one at once
                     }
                 }
                 Err(OpenFailure::Retry(reason)) => {
-                    tracing::debug!(%reason, "gangway connect failed");
-                    self.state.send_modify(|s| s.last_error = Some(reason));
+                    tracing::debug!(%address, %reason, "gangway connect failed");
+                    self.state.send_modify(|s| {
+                        match s.failures.iter_mut().find(|(a, _)| *a == address) {
+                            Some((_, last)) => last.clone_from(&reason),
+                            None => s.failures.push((address, reason.clone())),
+                        }
+                        s.last_error = Some(reason);
+                    });
+                    self.advance();
                 }
                 Err(OpenFailure::Refused { code, message }) => {
-                    // Credentials do not get better by retrying: stop, and say why.
+                    // Credentials do not get better by retrying: stop, and say why. The nodes
+                    // of one cluster share their users and tokens, so no other node is tried.
                     let error = Error::Unauthorized {
-                        address: self.config.address.clone(),
+                        address,
                         code: ErrorCode::parse(code),
                         message,
                     };
@@ -269,7 +295,7 @@ impl Worker {
                     return self.finish();
                 }
             }
-            let sleep = tokio::time::sleep(backoff);
+            let sleep = tokio::time::sleep(jitter(backoff, rand::random::<f64>()));
             tokio::pin!(sleep);
             loop {
                 tokio::select! {
@@ -291,23 +317,46 @@ impl Worker {
         });
     }
 
-    /// Runs one session until its stream ends (`true`) or the client closes (`false`).
-    async fn serve(&mut self, conn: Conn) -> bool {
+    /// How long one attempt may take to get its `Welcome`: the request timeout with one
+    /// address; with several, at most the connect timeout plus the keepalive timeout (4 s by
+    /// default), so that a node that accepts connections but does not answer (frozen) does not
+    /// hold the client for its whole request timeout while another node could serve it.
+    fn attempt_deadline(&self) -> Duration {
+        let c = &self.config;
+        if self.endpoints.len() > 1 {
+            c.connect_timeout
+                .saturating_add(c.keepalive_timeout)
+                .min(c.request_timeout)
+        } else {
+            c.request_timeout
+        }
+    }
+
+    /// The next attempt goes to the next address, wrapping around.
+    fn advance(&mut self) {
+        self.current = (self.current + 1) % self.endpoints.len();
+    }
+
+    /// Runs one session with the node at `address` until its stream ends (`true`) or the
+    /// client closes (`false`).
+    async fn serve(&mut self, conn: Conn, address: &str) -> bool {
         let Conn {
             _client,
             out,
             mut inbound,
             welcome,
         } = conn;
-        tracing::info!(session = %welcome.session_id, boot = %welcome.boot_id, "gangway session established");
+        tracing::info!(%address, session = %welcome.session_id, boot = %welcome.boot_id, "gangway session established");
         self.state.send_modify(|s| {
             s.info = Some(SessionInfo {
                 session_id: welcome.session_id.clone(),
                 boot_id: welcome.boot_id.clone(),
                 peer: welcome.peer.clone(),
+                address: address.to_owned(),
             });
             s.connected = true;
             s.last_error = None;
+            s.failures.clear();
         });
         self.out = Some(out);
         self.restore();
@@ -333,9 +382,9 @@ impl Worker {
         };
         if self.go_away.is_some() {
             // A planned stop of the registry: not a failure.
-            tracing::info!(%reason, "gangway session ended by the registry; reconnecting at once");
+            tracing::info!(%address, %reason, "gangway session ended by the registry; reconnecting at once");
         } else {
-            tracing::warn!(%reason, "gangway session lost; reconnecting");
+            tracing::warn!(%address, %reason, "gangway session lost; reconnecting");
         }
         self.out = None;
         self.pending.retain(|_, p| !p.op.is_internal());
@@ -721,6 +770,13 @@ impl Worker {
     }
 }
 
+/// The delay slept before a reconnect whose backoff is `delay`: drawn from its upper half,
+/// `delay/2 + unit * delay/2` for a `unit` sample in 0..1 (clamped), so that the clients of
+/// a node that went away spread their reconnects while the delay still bounds the wait.
+fn jitter(delay: Duration, unit: f64) -> Duration {
+    delay.mul_f64(0.5 + unit.clamp(0.0, 1.0) * 0.5)
+}
+
 /// `Ok(reply)` for a success, the registry's refusal ([`Error::Rejected`]) otherwise.
 fn check_reply(reply: pb::Reply) -> Result<pb::Reply, Error> {
     match proto::rejection(&reply) {
@@ -841,4 +897,20 @@ fn describe(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_in_the_upper_half_of_the_delay() {
+        let d = Duration::from_millis(100);
+        assert_eq!(jitter(d, 0.0), Duration::from_millis(50));
+        assert_eq!(jitter(d, 1.0), d);
+        assert_eq!(jitter(d, 0.5), Duration::from_millis(75));
+        assert_eq!(jitter(d, -3.0), Duration::from_millis(50), "clamped");
+        assert_eq!(jitter(d, 7.0), d, "clamped");
+        assert_eq!(jitter(Duration::from_secs(2), 0.0), Duration::from_secs(1));
+    }
 }

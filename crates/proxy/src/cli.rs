@@ -27,7 +27,8 @@ pub struct ProxyArgs {
     /// TOML file with per-service settings; re-read on SIGHUP.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Registry gRPC address [file: registry; default 127.0.0.1:9848].
+    /// Registry gRPC address, or several nodes of one cluster: HOST:PORT,HOST:PORT (failover)
+    /// [file: registry; default 127.0.0.1:9848].
     #[arg(long, env = "GANGWAY_GRPC", value_name = "HOST:PORT")]
     pub registry: Option<String>,
     /// Namespace of host names without one [file: namespace; default public].

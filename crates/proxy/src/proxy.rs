@@ -178,7 +178,7 @@ impl Proxy {
         client.session().is_none().then(|| {
             format!(
                 "no session with the registry at {} yet; retrying",
-                client.config().address
+                client.config().address_list()
             )
         })
     }

@@ -172,7 +172,7 @@ pub async fn run(options: RunOptions) -> anyhow::Result<()> {
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let client = Client::start(
-        ClientConfig::new(config.registry.clone())
+        ClientConfig::from_addresses(config.registry.split(',').map(str::trim))
             .with_client_name(format!("gangway-proxy/{}", std::process::id()))
             .with_optional_token(options.token.clone())
             .with_tls(options.tls.clone()),
@@ -218,7 +218,7 @@ async fn first_session(client: Client, proxy: Proxy) {
     let patience = client.config().request_timeout;
     if let Err(e) = client.first_session(patience).await {
         tracing::warn!(
-            registry = %client.config().address,
+            registry = %client.config().address_list(),
             error = %e,
             "the registry is not reachable yet; answering 503 registry_unavailable until it is (retrying with backoff)"
         );
@@ -226,7 +226,7 @@ async fn first_session(client: Client, proxy: Proxy) {
             return;
         }
     }
-    tracing::info!(registry = %client.config().address, "connected to the registry");
+    tracing::info!(registry = %client.config().address_list(), "connected to the registry");
     proxy.subscribe_configured().await;
 }
 

@@ -52,6 +52,17 @@ where
     }
 }
 
+/// A loopback address whose port refuses connections (bound to `127.0.0.1:0`, then closed),
+/// for "this node is down" in failover tests. The kernel may hand the port out again later, so
+/// use it at once.
+///
+/// # Panics
+/// When no loopback port can be bound.
+pub fn refused_address() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("a bound address")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

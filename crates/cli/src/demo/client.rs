@@ -16,12 +16,14 @@ use crate::args::parse_duration;
 /// Flags of `gangway demo-client`.
 #[derive(Debug, Args, Clone)]
 pub struct ClientArgs {
-    /// Registry gRPC address.
+    /// Registry gRPC address, or several nodes of one registry: HOST:PORT,HOST:PORT (the
+    /// session fails over between them).
     #[arg(
         long,
         default_value = "127.0.0.1:9848",
         env = "GANGWAY_GRPC",
-        value_name = "HOST:PORT"
+        value_name = "HOST:PORT",
+        value_parser = crate::args::parse_server
     )]
     pub registry: String,
     /// Service to call.
@@ -102,7 +104,7 @@ pub async fn run(
     tls: ClientTls,
 ) -> anyhow::Result<LoadReport> {
     let client = Client::connect(
-        ClientConfig::new(args.registry.clone())
+        ClientConfig::from_addresses(crate::args::server_list(&args.registry))
             .with_client_name("demo-client")
             .with_optional_token(token)
             .with_tls(tls),

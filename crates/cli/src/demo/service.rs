@@ -50,12 +50,14 @@ pub enum ColdStartMode {
 /// Flags of `gangway demo-service`.
 #[derive(Debug, Args, Clone)]
 pub struct ServiceArgs {
-    /// Registry gRPC address.
+    /// Registry gRPC address, or several nodes of one registry: HOST:PORT,HOST:PORT (the
+    /// session fails over between them).
     #[arg(
         long,
         default_value = "127.0.0.1:9848",
         env = "GANGWAY_GRPC",
-        value_name = "HOST:PORT"
+        value_name = "HOST:PORT",
+        value_parser = crate::args::parse_server
     )]
     pub registry: String,
     /// Service name to register under.
@@ -227,7 +229,7 @@ pub async fn run(args: ServiceArgs, token: Option<String>, tls: ClientTls) -> an
         return serve_until_signal(listener, app, &draining).await;
     }
     let client = Client::connect(
-        ClientConfig::new(args.registry.clone())
+        ClientConfig::from_addresses(crate::args::server_list(&args.registry))
             .with_client_name(format!("demo-service {name}"))
             .with_optional_token(token)
             .with_tls(tls),

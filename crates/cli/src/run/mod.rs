@@ -94,7 +94,9 @@ pub struct RunArgs {
     /// registry, the address `gangway offline` also defaults to].
     #[arg(long, env = "GANGWAY_IP", value_name = "IP")]
     pub ip: Option<String>,
-    /// Registry gRPC address (one for now; several once the cluster mode lands).
+    /// Registry gRPC address, or several nodes of one registry: HOST:PORT,HOST:PORT (or the
+    /// flag repeated); the session fails over between them (docs/cluster.md, "Client
+    /// failover").
     #[arg(
         long = "registry",
         env = "GANGWAY_GRPC",
@@ -188,7 +190,8 @@ struct Plan {
     args: RunArgs,
     service: ServiceKey,
     check: ReadyCheck,
-    registry: String,
+    /// The registry's gRPC addresses, in the order given (every `--registry` list, flattened).
+    registries: Vec<String>,
     /// TLS toward an `https://` registry (the global `--ca`, `--client-cert`, `--client-key`).
     tls: ClientTls,
     /// The registry's API token (`--token`), sent on the session.
@@ -230,17 +233,36 @@ impl Plan {
         let check = ReadyCheck::parse(&args.ready, args.port)
             .map_err(|e| problems.push(("--ready", format!("--ready: {e}"))))
             .ok();
-        // One registry address for now; the list becomes a fallback order with [cluster].
-        let registry = match args.registries.as_slice() {
-            [one] => Some(one.clone()),
-            _ => {
+        // Each `--registry` was checked as a list; repeated ones add to it.
+        let registries: Vec<String> = args
+            .registries
+            .iter()
+            .flat_map(|list| crate::args::server_list(list))
+            .collect();
+        let twice = registries
+            .iter()
+            .enumerate()
+            .find(|(i, r)| registries[..*i].contains(r));
+        let registry = match twice {
+            Some((_, r)) => {
                 problems.push((
                     "--registry",
-                    "--registry: give exactly one address (several come with the cluster mode)"
-                        .to_owned(),
+                    format!("--registry (GANGWAY_GRPC): {r:?} is given twice"),
                 ));
                 None
             }
+            None if registries.len() > crate::args::MAX_SERVERS => {
+                problems.push((
+                    "--registry",
+                    format!(
+                        "--registry (GANGWAY_GRPC): {} addresses, at most {}",
+                        registries.len(),
+                        crate::args::MAX_SERVERS
+                    ),
+                ));
+                None
+            }
+            None => Some(registries),
         };
         if args.readiness_port == Some(args.port) {
             // The child would fail to bind it, or the probe would ask the child for /ready.
@@ -254,14 +276,14 @@ impl Plan {
             ));
         }
         match (check, registry) {
-            (Some(check), Some(registry)) if problems.is_empty() => Ok(Self {
+            (Some(check), Some(registries)) if problems.is_empty() => Ok(Self {
                 service: ServiceKey::new(
                     args.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
                     args.group.as_deref().unwrap_or(DEFAULT_GROUP),
                     &args.service,
                 ),
                 check,
-                registry,
+                registries,
                 token: None,
                 args,
                 tls: ClientTls::default(),
@@ -376,7 +398,7 @@ async fn lifecycle(
     }
     // 2. Register on a session.
     let connect = Client::connect(
-        ClientConfig::new(plan.registry.clone())
+        ClientConfig::from_addresses(plan.registries.clone())
             .with_client_name(format!("gangway run {}", plan.service))
             .with_optional_token(plan.token.clone())
             .with_tls(plan.tls.clone()),
@@ -400,7 +422,7 @@ async fn lifecycle(
     // The same default as `gangway offline` (and `online`, `drain`) uses to find it again.
     let ip = match &args.ip {
         Some(ip) => ip.clone(),
-        None => match crate::route::local_ip_toward(&plan.registry).await {
+        None => match crate::route::local_ip_toward(&plan.registries[0]).await {
             Ok(ip) => ip.to_string(),
             // The route was there a moment ago (the session is up): what the registry saw.
             Err(_) => client
@@ -829,8 +851,42 @@ mod tests {
         assert_eq!(a.grace, Duration::from_secs(10));
         let plan = Plan::new(a).unwrap();
         assert_eq!(plan.check, ReadyCheck::Tcp("127.0.0.1:8080".into()));
-        assert_eq!(plan.registry, "127.0.0.1:9848");
+        assert_eq!(plan.registries, ["127.0.0.1:9848"]);
         assert!(plan.metadata().is_empty(), "no warm-up asked");
+    }
+
+    #[test]
+    fn registry_lists_and_repeated_flags_make_one_failover_order() {
+        let a = parse(&[
+            "--service",
+            "s",
+            "--port",
+            "80",
+            "--registry",
+            "a:1,b:2",
+            "--registry",
+            "c:3",
+            "--",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(Plan::new(a).unwrap().registries, ["a:1", "b:2", "c:3"]);
+        let err = parse(&[
+            "--service",
+            "s",
+            "--port",
+            "80",
+            "--registry",
+            "a:1,",
+            "--",
+            "x",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("'--registry <HOST:PORT>'") && err.contains("address 2 of 2: empty"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -845,9 +901,9 @@ mod tests {
             "--ready",
             "udp",
             "--registry",
-            "a:1",
+            "a:1,b:2",
             "--registry",
-            "b:2",
+            "a:1",
             "--",
             "x",
         ])

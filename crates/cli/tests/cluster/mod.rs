@@ -177,6 +177,59 @@ impl Proc {
     }
 }
 
+/// Runs the real binary with `--server server` and `args`, in a clean environment for its own
+/// variables; its output once it exited.
+pub async fn gangway(server: &str, args: &[&str]) -> std::process::Output {
+    Command::new(GANGWAY)
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .env_remove("GANGWAY_SERVER")
+        .env_remove("GANGWAY_NAMESPACE")
+        .env_remove("GANGWAY_GROUP")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run gangway")
+}
+
+/// Starts `gangway demo-client --registry registry --service demo --rate rate --duration
+/// duration --min-instances min_instances --json` plus `extra`; returns once it sends (its
+/// `sending N requests` line, where N is `rate` x `duration`), its stderr forwarded.
+pub async fn demo_client(
+    registry: &str,
+    rate: u32,
+    duration: Duration,
+    min_instances: usize,
+    extra: &[&str],
+) -> Proc {
+    let (rate_text, duration_text) = (rate.to_string(), format!("{}ms", duration.as_millis()));
+    let min_text = min_instances.to_string();
+    let mut args = vec![
+        "demo-client",
+        "--registry",
+        registry,
+        "--service",
+        "demo",
+        "--rate",
+        &rate_text,
+        "--duration",
+        &duration_text,
+        "--min-instances",
+        &min_text,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let mut client = Proc::spawn(&args);
+    let requests = (f64::from(rate) * duration.as_secs_f64()).round();
+    client
+        .stderr_line_starting(&format!("sending {requests} requests"))
+        .await;
+    client.forward_stderr("demo-client");
+    client
+}
+
 /// A registry server process and its addresses.
 pub struct Server {
     pub proc: Proc,
@@ -398,28 +451,8 @@ impl Run {
             let flags = if name == "a" { first_flags } else { &[] };
             services.push(DemoService::start_with(&server.grpc, name, flags).await);
         }
-        let mut client = Proc::spawn(
-            &[
-                "demo-client",
-                "--registry",
-                &server.grpc,
-                "--service",
-                "demo",
-                "--rate",
-                "60",
-                "--duration",
-                "8s",
-                "--min-instances",
-                "3",
-                "--json",
-            ]
-            .into_iter()
-            .chain(client_flags.iter().copied())
-            .collect::<Vec<_>>(),
-        );
-        client.stderr_line_starting("sending 480 requests").await;
+        let client = demo_client(&server.grpc, 60, Duration::from_secs(8), 3, client_flags).await;
         let started = Instant::now();
-        client.forward_stderr("demo-client");
         Run {
             server,
             services,

@@ -57,7 +57,9 @@ pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Config {
-    /// Registry gRPC address (`registry`, flag `--registry`). Default [`DEFAULT_REGISTRY`].
+    /// Registry gRPC address (`registry`, flag `--registry`), or several nodes of one cluster
+    /// separated by commas (`HOST:PORT,HOST:PORT`: the client fails over between them, in the
+    /// order `gangway_client::ClientConfig::addresses` states). Default [`DEFAULT_REGISTRY`].
     pub registry: String,
     /// Proxy listener (`listen`, `--listen`). Default [`DEFAULT_LISTEN`].
     pub listen: SocketAddr,

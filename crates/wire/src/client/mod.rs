@@ -10,6 +10,17 @@
 //! Timeouts: [`CONNECT_TIMEOUT`] to connect, [`CALL_TIMEOUT`] for an ordinary call, a drain's
 //! or readiness wait's own timeout plus [`DRAIN_GRACE`], none for a watch.
 //!
+//! Several nodes: `RestClient::new("a:8848,b:8848")` names the nodes of one registry
+//! (docs/cluster.md, "Client failover"). A call goes to the node that answered last (the first
+//! one at the start) and, when that one does not answer, to the next ones in the given order,
+//! each at most once per call: on a failed connection (refused, [`CONNECT_TIMEOUT`], no such
+//! host) for every call, on a `503` answer (a node warming up, overloaded or stopping) for
+//! every call, and on a timeout or broken connection only for reads (`GET`, whose repetition
+//! changes nothing; a write that timed out may have taken effect). Each node gets the call's
+//! whole timeout, so a read may take up to the number of nodes times it. When every node failed
+//! that way, the error is one [`RestError::Unreachable`] naming each node with its failure; when
+//! the last node answers 503, that answer is the error.
+//!
 //! ```no_run
 //! use gangway_wire::client::{RestClient, ServiceRef};
 //!
@@ -22,6 +33,8 @@
 //! ```
 
 use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gangway_core::model::{InstanceKey, ServiceKey};
@@ -47,15 +60,30 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// arrive: 10 s.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
 
-/// A client of one registry's REST API. Cheap to clone (the connection pool is shared).
+/// Most nodes a [`RestClient`] may be given: 64.
+pub const MAX_SERVERS: usize = 64;
+
+/// A client of one registry's REST API, on one node or failing over between several (module
+/// docs). Cheap to clone (the connection pool and the node that answered last are shared).
 #[derive(Debug, Clone)]
 pub struct RestClient {
     http: reqwest::Client,
+    /// The nodes, in the given order; never empty.
+    targets: Arc<[Target]>,
+    /// Index of the node that answered last: where the next call starts.
+    preferred: Arc<AtomicUsize>,
+    /// As the caller gave it, for messages.
+    server: String,
+    call_timeout: Duration,
+}
+
+/// One node of a [`RestClient`].
+#[derive(Debug)]
+struct Target {
     /// `http://host:port`, no trailing slash.
     base: String,
     /// As the caller gave it, for messages.
     server: String,
-    call_timeout: Duration,
 }
 
 /// Settings of a [`RestClient`] before it is built ([`RestClient::builder`]).
@@ -114,8 +142,9 @@ pub struct Watch {
 
 impl RestClient {
     /// A client of the registry at `server` (`host:port`, or a full `http://` or `https://`
-    /// URL; `https://` needs the cargo feature `tls`) with the
-    /// default timeouts.
+    /// URL; `https://` needs the cargo feature `tls`; or several of them separated by commas,
+    /// the nodes of one registry, at most [`MAX_SERVERS`]: module docs) with the default
+    /// timeouts.
     ///
     /// # Errors
     /// [`RestError::Transport`] when the HTTP client cannot be set up (no TLS or DNS backend).
@@ -138,9 +167,14 @@ impl RestClient {
         }
     }
 
-    /// The registry's address as given.
+    /// The registry's address (or comma-separated addresses) as given.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// The node addresses, as given, in order.
+    pub fn servers(&self) -> impl Iterator<Item = &str> {
+        self.targets.iter().map(|t| t.server.as_str())
     }
 
     /// `GET /v1/health`.
@@ -391,11 +425,8 @@ impl RestClient {
             .get(self.service_url(svc, "/watch"))
             .query(&svc.query())
             .header(reqwest::header::ACCEPT, "text/event-stream");
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| RestError::from_transport(&self.server, &e, None))?;
-        let resp = self.check_status(resp).await?;
+        let (resp, server) = self.execute(req, None).await?;
+        let resp = check_status(server, resp).await?;
         let content_type = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -403,7 +434,7 @@ impl RestClient {
             .unwrap_or("");
         if !content_type.starts_with("text/event-stream") {
             return Err(RestError::NotRegistry {
-                server: self.server.clone(),
+                server: server.to_owned(),
                 detail: format!(
                     "HTTP {} answered with {} instead of an event stream",
                     status_text(resp.status()),
@@ -419,12 +450,13 @@ impl RestClient {
         Ok(Watch {
             resp,
             events: sse::EventParser::default(),
-            server: self.server.clone(),
+            server: server.to_owned(),
         })
     }
 
+    /// `path` on the first node; [`execute`](Self::execute) moves it to the node it tries.
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+        format!("{}{path}", self.targets[0].base)
     }
 
     fn service_url(&self, svc: &ServiceRef, tail: &str) -> String {
@@ -441,16 +473,15 @@ impl RestClient {
         req: reqwest::RequestBuilder,
         timeout: Duration,
     ) -> Result<Reply<T>, RestError> {
-        let transport =
-            |e: reqwest::Error| RestError::from_transport(&self.server, &e, Some(timeout));
-        let resp = req.timeout(timeout).send().await.map_err(transport)?;
-        let resp = self.check_status(resp).await?;
+        let (resp, server) = self.execute(req.timeout(timeout), Some(timeout)).await?;
+        let transport = |e: reqwest::Error| RestError::from_transport(server, &e, Some(timeout));
+        let resp = check_status(server, resp).await?;
         let status = resp.status();
         let body = resp.text().await.map_err(transport)?;
         // Every answer of the REST API is JSON: anything else is some other server.
         if serde_json::from_str::<serde::de::IgnoredAny>(&body).is_err() {
             return Err(RestError::NotRegistry {
-                server: self.server.clone(),
+                server: server.to_owned(),
                 detail: format!("HTTP {}, the answer is not JSON", status_text(status)),
                 hint: None,
             });
@@ -458,20 +489,141 @@ impl RestClient {
         Ok(Reply::new(body))
     }
 
-    /// The error of a non-2xx answer, or the answer itself.
-    async fn check_status(&self, resp: reqwest::Response) -> Result<reqwest::Response, RestError> {
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(resp);
+    /// Sends `req` (built for the first node) to the node that answered last, then to the
+    /// next ones in order while they do not answer (module docs); returns the answer and the
+    /// address of the node that gave it. `timeout`: the call's, for messages.
+    ///
+    /// # Errors
+    /// The failure itself when it does not call for another node or there is only one; else,
+    /// when every node failed, [`RestError::Unreachable`] naming each with its failure.
+    async fn execute(
+        &self,
+        req: reqwest::RequestBuilder,
+        timeout: Option<Duration>,
+    ) -> Result<(reqwest::Response, &str), RestError> {
+        let request = req
+            .build()
+            .map_err(|e| RestError::from_transport(&self.server, &e, timeout))?;
+        let read = request.method() == reqwest::Method::GET;
+        let n = self.targets.len();
+        let start = self.preferred.load(Ordering::Relaxed) % n;
+        let mut failures: Vec<(&str, RestError)> = Vec::new();
+        for k in 0..n {
+            let i = (start + k) % n;
+            let target = &self.targets[i];
+            let last = k + 1 == n;
+            // Every body this client sends is bytes, which copy.
+            let mut attempt = request.try_clone().ok_or_else(|| RestError::Transport {
+                server: target.server.clone(),
+                reason: "a streamed request body cannot be sent again".to_owned(),
+            })?;
+            if i != 0 {
+                *attempt.url_mut() = rebase(request.url(), &self.targets[0], target)?;
+            }
+            let error = match self.http.execute(attempt).await {
+                Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && !last => {
+                    let body = resp.text().await.unwrap_or_default();
+                    RestError::from_answer(&target.server, 503, Some("Service Unavailable"), &body)
+                }
+                Ok(resp) => {
+                    // The last node's 503 is the answer, but no reason to start there next.
+                    if resp.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                        self.preferred.store(i, Ordering::Relaxed);
+                    }
+                    return Ok((resp, &target.server));
+                }
+                Err(e) => {
+                    let error = RestError::from_transport(&target.server, &e, timeout);
+                    let next = match error {
+                        RestError::Unreachable { .. } => true,
+                        RestError::Timeout { .. } => e.is_connect() || read,
+                        RestError::Transport { .. } => read,
+                        _ => false,
+                    };
+                    if !next || n == 1 {
+                        return Err(error);
+                    }
+                    error
+                }
+            };
+            failures.push((&target.server, error));
         }
-        let body = resp.text().await.unwrap_or_default();
-        Err(RestError::from_answer(
-            &self.server,
-            status.as_u16(),
-            status.canonical_reason(),
-            &body,
-        ))
+        Err(all_failed(&self.server, failures))
     }
+}
+
+/// `url`, built on the node `from`, moved to the node `to`: its scheme, host, port and path
+/// prefix, the rest of the path and the query kept.
+fn rebase(url: &reqwest::Url, from: &Target, to: &Target) -> Result<reqwest::Url, RestError> {
+    let rest = url
+        .as_str()
+        .strip_prefix(from.base.as_str())
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            let mut rest = url.path().to_owned();
+            if let Some(q) = url.query() {
+                rest.push('?');
+                rest.push_str(q);
+            }
+            rest
+        });
+    reqwest::Url::parse(&format!("{}{rest}", to.base)).map_err(|e| RestError::Transport {
+        server: to.server.clone(),
+        reason: format!("not a valid address: {e}"),
+    })
+}
+
+/// The error of a call that no node answered: the failure itself with one node, else one
+/// [`RestError::Unreachable`] naming every node with its failure (`a:1: reason; b:2: reason`).
+fn all_failed(server: &str, mut failures: Vec<(&str, RestError)>) -> RestError {
+    if failures.len() == 1 {
+        return failures.remove(0).1;
+    }
+    let reason = failures
+        .iter()
+        .map(|(node, e)| format!("{node}: {}", failure_reason(e)))
+        .collect::<Vec<_>>()
+        .join("; ");
+    RestError::Unreachable {
+        server: server
+            .split(',')
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(", "),
+        reason,
+    }
+}
+
+/// What one node's failure was, without the node's address (the caller names it).
+fn failure_reason(e: &RestError) -> String {
+    match e {
+        RestError::Unreachable { reason, .. } | RestError::Transport { reason, .. } => {
+            reason.clone()
+        }
+        RestError::Timeout { after, .. } => format!(
+            "no answer within {}",
+            gangway_core::duration::format(*after)
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The error of a non-2xx answer from `server`, or the answer itself.
+async fn check_status(
+    server: &str,
+    resp: reqwest::Response,
+) -> Result<reqwest::Response, RestError> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let body = resp.text().await.unwrap_or_default();
+    Err(RestError::from_answer(
+        server,
+        status.as_u16(),
+        status.canonical_reason(),
+        &body,
+    ))
 }
 
 impl Builder {
@@ -566,15 +718,33 @@ impl Builder {
                 reason: error::innermost(&e),
             })?,
         };
-        let trimmed = self.server.trim_end_matches('/');
-        let base = if trimmed.starts_with("http://") || trimmed.starts_with("https://") {
-            trimmed.to_owned()
-        } else {
-            format!("http://{trimmed}")
-        };
+        let targets: Vec<Target> = self
+            .server
+            .split(',')
+            .map(|server| {
+                let server = server.trim();
+                let trimmed = server.trim_end_matches('/');
+                let base = if trimmed.starts_with("http://") || trimmed.starts_with("https://") {
+                    trimmed.to_owned()
+                } else {
+                    format!("http://{trimmed}")
+                };
+                Target {
+                    base,
+                    server: server.to_owned(),
+                }
+            })
+            .collect();
+        if targets.len() > MAX_SERVERS {
+            return Err(RestError::Transport {
+                server: self.server.clone(),
+                reason: format!("{} addresses, at most {MAX_SERVERS}", targets.len()),
+            });
+        }
         Ok(RestClient {
             http,
-            base,
+            targets: targets.into(),
+            preferred: Arc::new(AtomicUsize::new(0)),
             server: self.server,
             call_timeout: self.call_timeout,
         })

@@ -49,6 +49,25 @@ async fn fake(
     body: &str,
     delay: Duration,
 ) -> (RestClient, Arc<Mutex<Vec<Seen>>>) {
+    let (addr, seen) = fake_at(status, content_type, body, delay).await;
+    (client_of(&addr.to_string()), seen)
+}
+
+/// A client of `server` with a call timeout of 500 ms.
+fn client_of(server: &str) -> RestClient {
+    RestClient::builder(server)
+        .call_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// A fake as [`fake`] does, without a client: its address and its log.
+async fn fake_at(
+    status: u16,
+    content_type: &'static str,
+    body: &str,
+    delay: Duration,
+) -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::default();
     let state = Fake {
         status,
@@ -61,11 +80,7 @@ async fn fake(
     let addr = listener.local_addr().unwrap();
     let app = axum::Router::new().fallback(answer).with_state(state);
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let client = RestClient::builder(&addr.to_string())
-        .call_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    (client, seen)
+    (addr, seen)
 }
 
 async fn json_fake(body: Value) -> (RestClient, Arc<Mutex<Vec<Seen>>>) {
@@ -309,4 +324,81 @@ fn a_token_that_is_not_printable_ascii_is_refused_at_build() {
         .token(Some("abc.DEF-123"))
         .build()
         .unwrap();
+}
+
+/// An address whose port refuses connections.
+fn dead_address() -> String {
+    gangway_testkit::refused_address().to_string()
+}
+
+#[tokio::test]
+async fn a_node_that_does_not_answer_is_skipped_and_the_next_call_starts_where_one_answered() {
+    let warming = r#"{"error":{"code":"warming_up","message":"warming up","field":null}}"#;
+    let (first, first_seen) = fake_at(503, "application/json", warming, Duration::ZERO).await;
+    let (second, second_seen) = fake_at(200, "application/json", "{}", Duration::ZERO).await;
+    let dead = dead_address();
+    let client = client_of(&format!("{dead},{first},http://{second}/"));
+    assert_eq!(
+        client.servers().collect::<Vec<_>>(),
+        [
+            dead.as_str(),
+            &first.to_string(),
+            &format!("http://{second}/")
+        ]
+    );
+    let body = RegisterRequest {
+        ip: "10.0.0.5".into(),
+        port: 8080,
+        ..RegisterRequest::default()
+    };
+    client.register(&orders_in("prod"), &body).await.unwrap();
+    // Refused by the dead one, 503 from the first fake, answered by the second, whole.
+    assert_eq!(first_seen.lock().unwrap().len(), 1);
+    let seen = second_seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, "POST");
+    assert_eq!(seen[0].1, "/v1/services/orders/instances?namespace=prod");
+    assert!(seen[0].2.contains("10.0.0.5"), "{seen:?}");
+    // The next call starts at the node that answered.
+    client.health().await.unwrap();
+    assert_eq!(first_seen.lock().unwrap().len(), 1);
+    assert_eq!(second_seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn when_no_node_answers_one_line_names_each_with_its_failure() {
+    let (a, b) = (dead_address(), dead_address());
+    let e = client_of(&format!("{a},{b}")).health().await.unwrap_err();
+    let RestError::Unreachable { server, reason } = &e else {
+        panic!("expected Unreachable, got {e:?}");
+    };
+    assert_eq!(server, &format!("{a}, {b}"));
+    assert!(reason.starts_with(&format!("{a}: ")), "{reason}");
+    assert!(reason.contains(&format!("; {b}: ")), "{reason}");
+    assert!(!e.to_string().contains('\n'), "{e}");
+    assert!(e.is_retryable());
+    println!("{e}");
+    // One node: the error as it was.
+    let e = client_of(&a).health().await.unwrap_err();
+    assert!(
+        matches!(&e, RestError::Unreachable { server, .. } if *server == a),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_write_that_timed_out_stays_on_its_node_and_a_read_moves_on() {
+    let (slow, slow_seen) = fake_at(200, "application/json", "{}", Duration::from_secs(5)).await;
+    let (live, live_seen) = fake_at(200, "application/json", "{}", Duration::ZERO).await;
+    let client = client_of(&format!("{slow},{live}"));
+    let inst = InstanceRef::new(ServiceRef::named("orders"), "10.0.0.5", 8080);
+    let e = client.offline(&inst, false).await.unwrap_err();
+    assert!(matches!(e, RestError::Timeout { .. }), "{e:?}");
+    assert_eq!(slow_seen.lock().unwrap().len(), 1);
+    assert!(
+        live_seen.lock().unwrap().is_empty(),
+        "the write may have taken effect"
+    );
+    client.health().await.unwrap();
+    assert_eq!(live_seen.lock().unwrap().len(), 1, "a read goes on");
 }

@@ -61,9 +61,12 @@ pub(super) fn with_tls(
     ca_pem: Option<&[u8]>,
     identity: Option<&(Vec<u8>, Vec<u8>)>,
 ) -> Result<reqwest::ClientBuilder, RestError> {
-    let https = server
-        .get(..8)
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
+    // `server` may list several nodes, separated by commas.
+    let https = server.split(',').any(|s| {
+        s.trim()
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+    });
     if https || ca_pem.is_some() || identity.is_some() {
         return Err(RestError::Tls {
             server: server.to_owned(),

@@ -13,9 +13,11 @@
 //! - A record of this node deleted by no node (this node's lease expired while it was paused or
 //!   cut off) is written again under the new lease if a live session of this node still keeps
 //!   it, checked against the key being absent, so an instance another node took over meanwhile
-//!   is never brought back. Any other instance of this node whose record went (in stall grace,
-//!   heartbeat-kept) leaves this node's view too, as it left every other's: its client
-//!   registers it again (a heartbeat answered 404 makes a Nacos v1 SDK do so).
+//!   is never brought back; so is a heartbeat-kept one, unless this node is recovering from
+//!   its own stall (its client may be gone meanwhile). Any other instance of this node whose
+//!   record went (in stall grace; heartbeat-kept after a stall) leaves this node's view too, as
+//!   it left every other's: its client registers it again (a heartbeat answered 404 makes a
+//!   Nacos v1 SDK do so).
 //! - A re-list after a compaction replaces everything but this node's own instances.
 
 use std::collections::BTreeMap;
@@ -27,6 +29,7 @@ use gangway_store::Write;
 use gangway_store::cluster::{ClusterChange, ClusterContents, ClusterEvent, EphemeralEntry};
 use tokio::time::Instant;
 
+use super::super::hold::ClockReading;
 use super::super::service::Changed;
 use super::super::state::{MarkEntry, State};
 use super::super::{Liveness, Registry};
@@ -98,13 +101,23 @@ impl Registry {
                     && changes
                         .iter()
                         .any(|c| matches!(c, ClusterChange::Ephemeral(_, _, None)));
+                // Recovering from its own stall (SIGSTOP), this node does not vouch for its
+                // heartbeat-kept instances: their clients may be gone meanwhile.
+                let recovering = self.observe_clock(Instant::now()) == ClockReading::Recovering;
                 let after = {
                     let mut state = self.lock();
                     let after = if mine {
                         own_echo(&mut state, revision);
                         Aftermath::default()
                     } else {
-                        apply_changes(&mut state, revision, writer.as_deref(), &services, changes)
+                        apply_changes(
+                            &mut state,
+                            revision,
+                            writer.as_deref(),
+                            &services,
+                            changes,
+                            recovering,
+                        )
                     };
                     after
                 };
@@ -133,8 +146,9 @@ impl Registry {
             }
             ClusterEvent::LeaseRenewed { old, new } => {
                 tracing::warn!(old = %format!("{old:016x}"), new = %format!("{new:016x}"), "this node's store lease was lost; its instances are written again under a new one");
+                let recovering = self.observe_clock(Instant::now()) == ClockReading::Recovering;
                 let mut state = self.lock();
-                mark_own(&mut state);
+                mark_own(&mut state, !recovering);
                 drop(state);
                 self.write_node_record(cluster);
             }
@@ -173,6 +187,7 @@ fn apply_changes(
     writer: Option<&str>,
     services: &[ServiceKey],
     changes: Vec<ClusterChange>,
+    recovering: bool,
 ) -> Aftermath {
     let mut after = Aftermath::default();
     let mut changed: BTreeMap<ServiceKey, Vec<InstanceKey>> = BTreeMap::new();
@@ -187,7 +202,7 @@ fn apply_changes(
                 apply_durable(state, write, &mut changed, &mut all_changed, &mut after)
             }
             ClusterChange::Ephemeral(svc, key, entry) => {
-                apply_ephemeral(state, &svc, key.clone(), entry, writer);
+                apply_ephemeral(state, &svc, key.clone(), entry, writer, recovering);
                 changed.entry(svc).or_default().push(key);
             }
             ClusterChange::Node(name, record) => {
@@ -318,6 +333,7 @@ fn apply_ephemeral(
     key: InstanceKey,
     entry: Option<EphemeralEntry>,
     writer: Option<&str>,
+    recovering: bool,
 ) {
     let current = state
         .services
@@ -328,7 +344,13 @@ fn apply_ephemeral(
         current,
         Some(Liveness::Session(_) | Liveness::Lease(_) | Liveness::Grace { .. })
     );
-    let live_session = matches!(current, Some(Liveness::Session(_)));
+    // Kept alive here now: a live session, or (unless this node is recovering from its own
+    // stall) a heartbeat lease.
+    let vouched = match current {
+        Some(Liveness::Session(_)) => true,
+        Some(Liveness::Lease(_)) => !recovering,
+        _ => false,
+    };
     let c = state.cluster.as_mut().expect("cluster mode");
     let id = (svc.clone(), key.clone());
     match entry {
@@ -359,10 +381,10 @@ fn apply_ephemeral(
         }
         None => {
             c.known.remove(&id);
-            if own && writer.is_none() && live_session {
-                // This node's lease went while a session here still keeps the instance: written
-                // again under the new lease (checked against the key being absent, so one that
-                // another node took over meanwhile is not brought back).
+            if own && writer.is_none() && vouched {
+                // This node's lease went while it still keeps the instance: written again under
+                // the new lease (checked against the key being absent, so one that another node
+                // took over meanwhile is not brought back).
                 c.dirty.insert(id);
                 c.wake.notify_one();
             } else if current.is_some() && !matches!(current, Some(Liveness::Probe(_))) {
@@ -475,6 +497,6 @@ fn relist(state: &mut State, all: ClusterContents) -> Aftermath {
     for svc in services {
         state.publish(&svc, Changed::All);
     }
-    mark_own(state);
+    mark_own(state, true);
     after
 }

@@ -247,18 +247,23 @@ enum Pass {
     Retry,
 }
 
-/// Marks every instance a live session of this node keeps for the replicator: after a new
-/// lease, so that their records are written again under it. Heartbeat-kept instances are
-/// written again at their next heartbeat (a client gone meanwhile sends none), instances in
-/// stall grace never.
-pub(crate) fn mark_own(state: &mut State) {
+/// Marks every instance a live session of this node keeps (and, with `leases`, every
+/// heartbeat-kept one) for the replicator: after a new lease, so that their records are written
+/// again under it. Without `leases` (the node recovers from its own stall) heartbeat-kept
+/// instances are written again at their next heartbeat (a client gone meanwhile sends none);
+/// instances in stall grace never.
+pub(crate) fn mark_own(state: &mut State, leases: bool) {
     let own: Vec<(ServiceKey, InstanceKey)> = state
         .services
         .iter()
         .flat_map(|(s, e)| {
             e.instances
                 .iter()
-                .filter(|(_, i)| matches!(i.liveness, Liveness::Session(_)))
+                .filter(|(_, i)| match i.liveness {
+                    Liveness::Session(_) => true,
+                    Liveness::Lease(_) => leases,
+                    _ => false,
+                })
                 .map(move |(k, _)| (s.clone(), k.clone()))
         })
         .collect();

@@ -160,6 +160,15 @@ pub fn server_list(s: &str) -> Vec<String> {
     s.split(',').map(str::to_owned).collect()
 }
 
+/// A session client's configuration over the registry addresses `list` (docs/cluster.md,
+/// "Client failover"): the first attempt goes to a random one, or to the first with
+/// `GANGWAY_RANDOM_START=0` in the environment (a deployment that wants its clients on one
+/// node first; the tests).
+pub fn session_config(list: Vec<String>) -> gangway_client::ClientConfig {
+    let random = std::env::var("GANGWAY_RANDOM_START").map_or(true, |v| v != "0");
+    gangway_client::ClientConfig::from_addresses(list).with_random_start(random)
+}
+
 /// Checks one address: `HOST:PORT` or `[IPV6]:PORT` with a port 1-65535, optionally prefixed
 /// with `http://` or `https://` (TLS; `--ca` for a private CA) and a trailing `/`. Returns it
 /// as given.

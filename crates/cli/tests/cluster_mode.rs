@@ -1198,6 +1198,11 @@ struct FailoverRun {
 
 impl FailoverRun {
     async fn start(nodes: &[Node], duration: &str) -> FailoverRun {
+        // The demo processes start on the first address of their list (n1), not a random one.
+        cluster::CHILD_ENV
+            .lock()
+            .unwrap()
+            .push(("GANGWAY_RANDOM_START", "0"));
         let list = nodes.iter().map(|n| n.grpc()).collect::<Vec<_>>().join(",");
         let mut services = Vec::new();
         for name in ["a", "b", "c"] {

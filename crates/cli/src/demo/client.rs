@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use gangway_client::http::HttpClient;
-use gangway_client::{Client, ClientConfig, ClientTls, Subscription};
+use gangway_client::{Client, ClientTls, Subscription};
 use gangway_core::model::ServiceKey;
 
 use super::pipeline::PipelineArgs;
@@ -104,7 +104,7 @@ pub async fn run(
     tls: ClientTls,
 ) -> anyhow::Result<LoadReport> {
     let client = Client::connect(
-        ClientConfig::from_addresses(crate::args::server_list(&args.registry))
+        crate::args::session_config(crate::args::server_list(&args.registry))
             .with_client_name("demo-client")
             .with_optional_token(token)
             .with_tls(tls),

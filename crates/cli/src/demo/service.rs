@@ -29,7 +29,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::{Args, ValueEnum};
 use gangway_client::tower::{DrainSignal, DrainingLayer};
-use gangway_client::{Client, ClientConfig, ClientTls};
+use gangway_client::{Client, ClientTls};
 use gangway_core::model::{InstanceKey, ServiceKey};
 use gangway_wire::ErrorCode;
 use gangway_wire::client::{InstanceRef, RestClient, ServiceRef};
@@ -229,7 +229,7 @@ pub async fn run(args: ServiceArgs, token: Option<String>, tls: ClientTls) -> an
         return serve_until_signal(listener, app, &draining).await;
     }
     let client = Client::connect(
-        ClientConfig::from_addresses(crate::args::server_list(&args.registry))
+        crate::args::session_config(crate::args::server_list(&args.registry))
             .with_client_name(format!("demo-service {name}"))
             .with_optional_token(token)
             .with_tls(tls),

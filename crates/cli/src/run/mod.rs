@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use gangway_client::balance::warm_up::warm_up_metadata;
-use gangway_client::{Client, ClientConfig, ClientTls, ReadyReport, Registration, Subscription};
+use gangway_client::{Client, ClientTls, ReadyReport, Registration, Subscription};
 use gangway_core::model::{DEFAULT_GROUP, DEFAULT_NAMESPACE, InstanceKey, ServiceKey};
 use serde_json::Value;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -398,7 +398,7 @@ async fn lifecycle(
     }
     // 2. Register on a session.
     let connect = Client::connect(
-        ClientConfig::from_addresses(plan.registries.clone())
+        crate::args::session_config(plan.registries.clone())
             .with_client_name(format!("gangway run {}", plan.service))
             .with_optional_token(plan.token.clone())
             .with_tls(plan.tls.clone()),

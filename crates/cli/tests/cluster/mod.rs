@@ -29,6 +29,10 @@ pub fn gangway_bin() -> String {
 /// Longest wait for a process to print a line we expect.
 pub const STARTUP: Duration = Duration::from_secs(20);
 
+/// Environment variables every process spawned from now on (in this test process) gets, e.g.
+/// `GANGWAY_RANDOM_START=0`.
+pub static CHILD_ENV: Mutex<Vec<(&'static str, &'static str)>> = Mutex::new(Vec::new());
+
 /// A child process with its stdout read line by line.
 pub struct Proc {
     pub child: Child,
@@ -55,6 +59,7 @@ impl Proc {
     }
 
     fn spawn_command(mut command: Command) -> Proc {
+        command.envs(CHILD_ENV.lock().unwrap().iter().copied());
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -384,6 +384,49 @@ mod tests {
     }
 
     #[test]
+    fn cluster_rows_get_cluster_over_single_and_no_gangway_ratio() {
+        let mut t = Table::new(
+            "register",
+            "t".into(),
+            vec!["regs/s".into()],
+            0,
+            true,
+            vec![],
+        );
+        t.rows = vec![
+            row(System::Gangway, "native-grpc", 100.0),
+            row(System::Gangway, "nacos-http", 50.0),
+            row(System::Etcd, "lease+put", 25.0),
+            row(System::GangwayCluster, "native-grpc", 64.0),
+            row(System::GangwayCluster, "nacos-grpc", 10.0),
+        ];
+        // Not inverted, and only against the single node's row of the same driver.
+        assert_eq!(t.cluster_ratio(&t.rows[3].clone()), Some(0.64));
+        assert_eq!(t.cluster_ratio(&t.rows[4].clone()), None);
+        assert_eq!(t.cluster_ratio(&t.rows[2].clone()), None);
+        // A peer is still compared with the single node, never with the cluster.
+        assert_eq!(
+            t.ratio(&t.rows[2].clone()),
+            Some((4.0, "native-grpc".into()))
+        );
+        assert_eq!(t.ratio(&t.rows[3].clone()), None);
+        t.higher_is_better = false;
+        assert_eq!(t.cluster_ratio(&t.rows[3].clone()), Some(0.64));
+        t.fill_cluster_ratios();
+        let ratios: Vec<Option<f64>> = t.rows.iter().map(|r| r.cluster_vs_single).collect();
+        assert_eq!(ratios, vec![None, None, None, Some(0.64), None]);
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["rows"][3]["cluster_vs_single"], 0.64);
+        assert!(json["rows"][0].get("cluster_vs_single").is_none());
+        let out = t.render();
+        assert!(out.contains("cluster ÷ single"), "{out}");
+        assert!(out.contains("0.64"), "{out}");
+        // Without a cluster row the column is not printed.
+        t.rows.truncate(3);
+        assert!(!t.render().contains("cluster ÷ single"));
+    }
+
+    #[test]
     fn numbers_and_dates() {
         assert_eq!(format_number(1234567.8), "1,234,568");
         assert_eq!(format_number(-1234.0), "-1,234");

@@ -665,3 +665,59 @@ impl CpuMeter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_is_named_and_parsed() {
+        assert_eq!(
+            "gangway-cluster".parse::<System>(),
+            Ok(System::GangwayCluster)
+        );
+        assert_eq!(System::GangwayCluster.to_string(), "gangway-cluster");
+        assert!(System::GangwayCluster.is_gangway() && System::Gangway.is_gangway());
+        assert!(!System::Etcd.is_gangway());
+        let e = "cluster".parse::<System>().unwrap_err();
+        assert!(e.contains("gangway-cluster"), "{e}");
+    }
+
+    #[test]
+    fn cluster_tokens_are_the_first_peer_url() {
+        assert_eq!(
+            initial_cluster_token("m0=http://127.0.0.1:4001,m1=http://127.0.0.1:4002"),
+            "http://127.0.0.1:4001"
+        );
+        assert_eq!(
+            initial_cluster_token("bench=http://127.0.0.1:4003"),
+            "http://127.0.0.1:4003"
+        );
+    }
+
+    #[test]
+    fn nodes_are_taken_round_robin() {
+        let bins = Binaries {
+            gangway: PathBuf::from("/bin/sh"),
+            rnacos: PathBuf::from("/nonexistent/rnacos"),
+            etcd: PathBuf::from("/nonexistent/etcd"),
+        };
+        let mut s = Server::prepare(System::Gangway, &bins).unwrap();
+        let first = s.node(0);
+        assert_eq!((first.http, first.grpc), (s.http, s.grpc));
+        assert_eq!(s.node(7), first);
+        assert_eq!(s.node_count(), 1);
+        let other = Node {
+            http: loopback(1),
+            grpc: loopback(2),
+        };
+        s.nodes.push(other);
+        assert_eq!(
+            (0..4).map(|i| s.node(i)).collect::<Vec<_>>(),
+            vec![first, other, first, other]
+        );
+        // Without etcd there is no cluster.
+        assert!(bins.find(System::GangwayCluster).is_none());
+        assert!(Server::prepare(System::Rnacos, &bins).is_err());
+    }
+}

@@ -34,6 +34,7 @@ pub enum System {
     /// [`CLUSTER_NODES`] `gangway server --store etcd` nodes on as many etcd members (issue 11):
     /// the rows of gangway's drivers that spread their clients over the nodes. Only run when
     /// `--peers` names it (not in the default lineup).
+    #[serde(rename = "gangway-cluster")]
     GangwayCluster,
 }
 
@@ -677,6 +678,9 @@ mod tests {
             Ok(System::GangwayCluster)
         );
         assert_eq!(System::GangwayCluster.to_string(), "gangway-cluster");
+        for s in System::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.name(), "{s:?}");
+        }
         assert!(System::GangwayCluster.is_gangway() && System::Gangway.is_gangway());
         assert!(!System::Etcd.is_gangway());
         let e = "cluster".parse::<System>().unwrap_err();

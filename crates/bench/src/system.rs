@@ -223,7 +223,17 @@ fn loopback(port: u16) -> SocketAddr {
 
 impl Server {
     /// Starts `system` on fresh loopback ports with an empty data directory and waits until its
-    /// HTTP port answers (at most 30 s). `gangway-cluster`: see [`Server::start_cluster`].
+    /// HTTP port answers (at most 30 s).
+    ///
+    /// `gangway-cluster`: [`CLUSTER_NODES`] etcd members forming one new cluster (etcd's
+    /// default Raft timings), then as many `gangway server --store etcd` nodes on every
+    /// member's client URL (names `node-1`, ...; the default prefix and lease TTL), ready once
+    /// each node answers health and lists every node in `GET /v1/cluster` (at most 30 s). The
+    /// returned server is `node-1`; it holds the other processes, stopped and killed with it.
+    ///
+    /// # Errors
+    /// Not installed (for a cluster: gangway or etcd), a process that does not start or answer
+    /// in time (with its log's tail), a cluster that does not form; what was started is killed.
     pub async fn start(system: System, bins: &Binaries) -> anyhow::Result<Server> {
         if system == System::GangwayCluster {
             return Server::start_cluster(bins).await;
@@ -263,16 +273,8 @@ impl Server {
         })
     }
 
-    /// Starts `gangway-cluster`: [`CLUSTER_NODES`] etcd members forming one new cluster (etcd's
-    /// default Raft timings), then as many `gangway server --store etcd` nodes on every
-    /// member's client URL (names `node-1`, ...; the default prefix and lease TTL), and waits
-    /// until each node answers health and lists every node in `GET /v1/cluster` (at most
-    /// [`CLUSTER_JOIN_DEADLINE`]). The returned server is `node-1`; it holds the other
-    /// processes, stopped and killed with it.
-    ///
-    /// # Errors
-    /// gangway or etcd not installed, a process that does not start or answer in time (with
-    /// its log's tail), a cluster that does not form; what was started is killed.
+    /// Starts `gangway-cluster` as [`Server::start`] says, the join bounded by
+    /// [`CLUSTER_JOIN_DEADLINE`].
     async fn start_cluster(bins: &Binaries) -> anyhow::Result<Server> {
         bins.find(System::GangwayCluster)
             .context("gangway-cluster needs gangway and etcd; etcd is not installed")?;

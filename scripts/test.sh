@@ -163,3 +163,7 @@ if ! command -v etcd >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null
 fi
 "$gangway" bench all --quick --strict --peers gangway,etcd --json "$out/bench-quick.json"
+# The cluster rows (issue 11): 3 gangway nodes on 3 etcd members, the drain workload only (about
+# 9 s with the debug build, most of it starting and stopping the 6 processes).
+echo "== bench: quick drain on a 3-node gangway cluster"
+"$gangway" bench drain --quick --strict --peers gangway,gangway-cluster --json "$out/bench-cluster-quick.json"

@@ -79,8 +79,9 @@ pub struct BenchArgs {
     /// The workload to run.
     #[arg(value_enum)]
     pub workload: Selection,
-    /// Systems to run, in order (comma-separated): gangway, rnacos, etcd. A system that is not
-    /// installed gets a row saying so.
+    /// Systems to run, in order (comma-separated): gangway, rnacos, etcd, and gangway-cluster
+    /// (3 gangway nodes on 3 etcd members; only where named: register, fanout and drain have
+    /// its rows). A system that is not installed gets a row saying so.
     #[arg(long, value_delimiter = ',', default_value = "gangway,rnacos,etcd")]
     pub peers: Vec<System>,
     /// Write the raw numbers, the machine and the versions as JSON to FILE.
@@ -121,6 +122,12 @@ pub struct BenchArgs {
     /// 300, quick 60).
     #[arg(long, value_name = "SECONDS")]
     pub restart_deadline: Option<f64>,
+    /// Subscribers of the drain workload (full run 100, quick 30).
+    #[arg(long)]
+    pub drain_subscribers: Option<usize>,
+    /// Drains of the drain workload (full run 20, quick 5).
+    #[arg(long)]
+    pub drains: Option<usize>,
     /// Fail (after printing every table) when a row of an installed system could not be
     /// measured; CI runs the quick bench with it so the harness never rots.
     #[arg(long)]
@@ -170,6 +177,12 @@ impl BenchArgs {
         }
         if let Some(s) = &self.restart_services {
             p.restart_services = s.clone();
+        }
+        if let Some(n) = self.drain_subscribers {
+            p.drain_subscribers = n.max(1);
+        }
+        if let Some(n) = self.drains {
+            p.drains = n.max(1);
         }
         if let Some(s) = self.restart_deadline {
             p.restart_deadline = std::time::Duration::from_secs_f64(s.max(1.0));

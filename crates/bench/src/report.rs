@@ -1,5 +1,6 @@
 //! Results: one [`Table`] per workload with a row per system and driver, the ratio of gangway to
-//! each peer, printed with comfy-table and written as JSON with the machine and versions.
+//! each peer and of a gangway cluster to the single node, printed with comfy-table and written
+//! as JSON with the machine and versions.
 
 use std::collections::BTreeMap;
 
@@ -43,6 +44,11 @@ pub struct Row {
     pub cpu: Option<CpuUse>,
     /// Errors, skips and caveats.
     pub note: String,
+    /// `gangway-cluster` rows: the row's key value over the single gangway node's (same group
+    /// and driver), not inverted: the cost of cluster mode (see [`Table::cluster_ratio`]).
+    /// Filled by [`Table::fill_cluster_ratios`]; absent from the JSON when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_vs_single: Option<f64>,
 }
 
 impl Row {
@@ -61,6 +67,7 @@ impl Row {
             values,
             cpu: Some(cpu),
             note: note.into(),
+            cluster_vs_single: None,
         }
     }
 
@@ -79,6 +86,7 @@ impl Row {
             values: vec![None; columns],
             cpu: None,
             note: why.to_string(),
+            cluster_vs_single: None,
         }
     }
 }
@@ -109,7 +117,7 @@ impl Table {
     /// so above 1 means gangway is better. Compared with gangway's row of the same group and
     /// driver, else its first row of the group. Returns the ratio and the gangway driver used.
     pub fn ratio(&self, row: &Row) -> Option<(f64, String)> {
-        if row.system == System::Gangway {
+        if row.system.is_gangway() {
             return None;
         }
         let theirs = row.values.get(self.key).copied().flatten()?;
@@ -132,17 +140,55 @@ impl Table {
         ratio.is_finite().then(|| (ratio, ours.driver.clone()))
     }
 
+    /// The cost of cluster mode for a `gangway-cluster` row: its key value over that of the
+    /// single gangway node's row of the same group and driver, as is (registrations/s: below 1
+    /// is slower; latencies: above 1 is slower). `None` for other rows, or without such a
+    /// single-node row or value.
+    pub fn cluster_ratio(&self, row: &Row) -> Option<f64> {
+        if row.system != System::GangwayCluster {
+            return None;
+        }
+        let cluster = row.values.get(self.key).copied().flatten()?;
+        let single = self
+            .rows
+            .iter()
+            .find(|r| {
+                r.system == System::Gangway && r.group == row.group && r.driver == row.driver
+            })?
+            .values
+            .get(self.key)
+            .copied()
+            .flatten()?;
+        let ratio = cluster / single;
+        ratio.is_finite().then_some(ratio)
+    }
+
+    /// Stores [`Table::cluster_ratio`] in every row (for the JSON report).
+    pub fn fill_cluster_ratios(&mut self) {
+        let ratios: Vec<Option<f64>> = self.rows.iter().map(|r| self.cluster_ratio(r)).collect();
+        for (row, ratio) in self.rows.iter_mut().zip(ratios) {
+            row.cluster_vs_single = ratio;
+        }
+    }
+
+    /// Whether a `gangway-cluster` row is in the table (which then prints the column
+    /// `cluster ÷ single`).
+    fn has_cluster(&self) -> bool {
+        self.rows.iter().any(|r| r.system == System::GangwayCluster)
+    }
+
     /// The table as printed.
     pub fn render(&self) -> String {
         let mut grid = Grid::new();
         grid.load_preset(UTF8_FULL_CONDENSED);
         let mut header = vec!["system".to_owned(), "driver".to_owned()];
         header.extend(self.columns.iter().cloned());
-        header.extend([
-            "CPU s client/server".into(),
-            "gangway ×".into(),
-            "note".into(),
-        ]);
+        header.extend(["CPU s client/server".into(), "gangway ×".into()]);
+        let cluster = self.has_cluster();
+        if cluster {
+            header.push("cluster ÷ single".into());
+        }
+        header.push("note".into());
         grid.set_header(header);
         for row in &self.rows {
             let mut cells = vec![Cell::new(row.system.name()), Cell::new(&row.driver)];
@@ -160,6 +206,15 @@ impl Table {
                 Some((r, driver)) => format!("{r:.2} (vs {driver})"),
                 None => String::new(),
             }));
+            if cluster {
+                cells.push(
+                    Cell::new(
+                        self.cluster_ratio(row)
+                            .map_or(String::new(), |r| format!("{r:.2}")),
+                    )
+                    .set_alignment(CellAlignment::Right),
+                );
+            }
             cells.push(Cell::new(&row.note));
             grid.add_row(cells);
         }
@@ -176,6 +231,13 @@ impl Table {
                 " (inverted: lower is better)"
             }
         ));
+        if cluster {
+            out.push_str(&format!(
+                "   cluster ÷ single = gangway-cluster's {} over the single node's (not inverted: the cost of cluster mode); server CPU: all {} gangway nodes and etcd members.\n",
+                self.columns[self.key],
+                crate::system::CLUSTER_NODES
+            ));
+        }
         out
     }
 }
@@ -274,6 +336,7 @@ mod tests {
             values: vec![Some(v)],
             cpu: None,
             note: String::new(),
+            cluster_vs_single: None,
         }
     }
 
@@ -318,6 +381,49 @@ mod tests {
             "not installed",
         ));
         assert_eq!(t.ratio(&t.rows[4].clone()), None);
+    }
+
+    #[test]
+    fn cluster_rows_get_cluster_over_single_and_no_gangway_ratio() {
+        let mut t = Table::new(
+            "register",
+            "t".into(),
+            vec!["regs/s".into()],
+            0,
+            true,
+            vec![],
+        );
+        t.rows = vec![
+            row(System::Gangway, "native-grpc", 100.0),
+            row(System::Gangway, "nacos-http", 50.0),
+            row(System::Etcd, "lease+put", 25.0),
+            row(System::GangwayCluster, "native-grpc", 64.0),
+            row(System::GangwayCluster, "nacos-grpc", 10.0),
+        ];
+        // Not inverted, and only against the single node's row of the same driver.
+        assert_eq!(t.cluster_ratio(&t.rows[3].clone()), Some(0.64));
+        assert_eq!(t.cluster_ratio(&t.rows[4].clone()), None);
+        assert_eq!(t.cluster_ratio(&t.rows[2].clone()), None);
+        // A peer is still compared with the single node, never with the cluster.
+        assert_eq!(
+            t.ratio(&t.rows[2].clone()),
+            Some((4.0, "native-grpc".into()))
+        );
+        assert_eq!(t.ratio(&t.rows[3].clone()), None);
+        t.higher_is_better = false;
+        assert_eq!(t.cluster_ratio(&t.rows[3].clone()), Some(0.64));
+        t.fill_cluster_ratios();
+        let ratios: Vec<Option<f64>> = t.rows.iter().map(|r| r.cluster_vs_single).collect();
+        assert_eq!(ratios, vec![None, None, None, Some(0.64), None]);
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["rows"][3]["cluster_vs_single"], 0.64);
+        assert!(json["rows"][0].get("cluster_vs_single").is_none());
+        let out = t.render();
+        assert!(out.contains("cluster ÷ single"), "{out}");
+        assert!(out.contains("0.64"), "{out}");
+        // Without a cluster row the column is not printed.
+        t.rows.truncate(3);
+        assert!(!t.render().contains("cluster ÷ single"));
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! The systems under test and their server processes: each is started on free loopback ports with
 //! a temporary data directory, waited on until it answers, measured through `/proc`, and stopped
 //! (SIGTERM, then SIGKILL) afterwards. Dropping a [`Server`] kills its process too.
+//!
+//! `gangway-cluster` is several processes behind one [`Server`]: [`CLUSTER_NODES`] etcd members
+//! and as many `gangway server --store etcd` nodes on them, each one a [`Server`] of its own
+//! (the same start, stop and kill), held by the first node ([`Server::node`]).
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
@@ -27,11 +31,28 @@ pub enum System {
     Rnacos,
     /// etcd 3.4 (Debian's `etcd-server`), used the usual way: lease per instance, prefix watch.
     Etcd,
+    /// [`CLUSTER_NODES`] `gangway server --store etcd` nodes on as many etcd members (issue 11):
+    /// the rows of gangway's drivers that spread their clients over the nodes. Only run when
+    /// `--peers` names it (not in the default lineup).
+    #[serde(rename = "gangway-cluster")]
+    GangwayCluster,
 }
+
+/// Nodes of the `gangway-cluster` system: 3 gangway nodes on 3 etcd members.
+pub const CLUSTER_NODES: usize = 3;
+
+/// How long a new cluster may take until every gangway node lists all nodes in
+/// `GET /v1/cluster`: 30 s.
+const CLUSTER_JOIN_DEADLINE: Duration = Duration::from_secs(30);
 
 impl System {
     /// Every system, gangway first.
-    pub const ALL: [System; 3] = [System::Gangway, System::Rnacos, System::Etcd];
+    pub const ALL: [System; 4] = [
+        System::Gangway,
+        System::Rnacos,
+        System::Etcd,
+        System::GangwayCluster,
+    ];
 
     /// The lowercase name used in `--peers` and in tables.
     pub fn name(self) -> &'static str {
@@ -39,7 +60,14 @@ impl System {
             System::Gangway => "gangway",
             System::Rnacos => "rnacos",
             System::Etcd => "etcd",
+            System::GangwayCluster => "gangway-cluster",
         }
+    }
+
+    /// Whether this is gangway, alone or as a cluster (rows the peers' ratios never use as
+    /// their base, and that get no `gangway ×` of their own).
+    pub fn is_gangway(self) -> bool {
+        matches!(self, System::Gangway | System::GangwayCluster)
     }
 }
 
@@ -56,7 +84,10 @@ impl FromStr for System {
             "gangway" => Ok(System::Gangway),
             "rnacos" => Ok(System::Rnacos),
             "etcd" => Ok(System::Etcd),
-            other => Err(format!("unknown system {other:?}: gangway, rnacos or etcd")),
+            "gangway-cluster" => Ok(System::GangwayCluster),
+            other => Err(format!(
+                "unknown system {other:?}: gangway, rnacos, etcd or gangway-cluster"
+            )),
         }
     }
 }
@@ -73,18 +104,31 @@ pub struct Binaries {
 }
 
 impl Binaries {
-    /// The binary for `system`, or `None` when it cannot be found.
+    /// The binary for `system`, or `None` when it cannot be found (`gangway-cluster`: the
+    /// gangway binary, when etcd's is found too).
     pub fn find(&self, system: System) -> Option<PathBuf> {
         let p = match system {
             System::Gangway => &self.gangway,
             System::Rnacos => &self.rnacos,
             System::Etcd => &self.etcd,
+            System::GangwayCluster => {
+                resolve(&self.etcd)?;
+                &self.gangway
+            }
         };
         resolve(p)
     }
 
-    /// The version string a binary reports, best effort.
+    /// The version string a binary reports, best effort (`gangway-cluster`: gangway's and
+    /// etcd's).
     pub fn version(&self, system: System) -> String {
+        if system == System::GangwayCluster {
+            return format!(
+                "{} on {}",
+                self.version(System::Gangway),
+                self.version(System::Etcd)
+            );
+        }
         let Some(bin) = self.find(system) else {
             return "not installed".into();
         };
@@ -137,6 +181,35 @@ pub struct Server {
     child: Option<Child>,
     dir: tempfile::TempDir,
     log: PathBuf,
+    /// What this process is in a cluster.
+    role: Role,
+    /// Every node's addresses, this server's first: one entry unless it is a cluster.
+    nodes: Vec<Node>,
+    /// A cluster's other processes: its other gangway nodes, then its etcd members.
+    members: Vec<Server>,
+}
+
+/// The addresses of one node of a system (the server itself, unless it is a cluster).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Node {
+    /// HTTP address, as [`Server::http`].
+    pub http: SocketAddr,
+    /// gRPC address, as [`Server::grpc`].
+    pub grpc: SocketAddr,
+}
+
+/// What one process is in a `gangway-cluster`.
+#[derive(Debug, Clone)]
+enum Role {
+    /// A server of its own.
+    Alone,
+    /// etcd member `name` of the cluster `initial_cluster` (`name=peer URL`, comma-separated).
+    EtcdMember {
+        name: String,
+        initial_cluster: String,
+    },
+    /// gangway node `name` on the etcd client URLs `endpoints` (comma-separated).
+    GangwayNode { name: String, endpoints: String },
 }
 
 /// A free loopback port (bound, then released; the server binds it right after).
@@ -151,7 +224,28 @@ fn loopback(port: u16) -> SocketAddr {
 impl Server {
     /// Starts `system` on fresh loopback ports with an empty data directory and waits until its
     /// HTTP port answers (at most 30 s).
+    ///
+    /// `gangway-cluster`: [`CLUSTER_NODES`] etcd members forming one new cluster (etcd's
+    /// default Raft timings), then as many `gangway server --store etcd` nodes on every
+    /// member's client URL (names `node-1`, ...; the default prefix and lease TTL), ready once
+    /// each node answers health and lists every node in `GET /v1/cluster` (at most 30 s). The
+    /// returned server is `node-1`; it holds the other processes, stopped and killed with it.
+    ///
+    /// # Errors
+    /// Not installed (for a cluster: gangway or etcd), a process that does not start or answer
+    /// in time (with its log's tail), a cluster that does not form; what was started is killed.
     pub async fn start(system: System, bins: &Binaries) -> anyhow::Result<Server> {
+        if system == System::GangwayCluster {
+            return Server::start_cluster(bins).await;
+        }
+        let mut server = Server::prepare(system, bins)?;
+        server.spawn()?;
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// A server of `system` on fresh ports and a fresh temporary directory, not started.
+    fn prepare(system: System, bins: &Binaries) -> anyhow::Result<Server> {
         let bin = bins
             .find(system)
             .with_context(|| format!("{system} is not installed (see docs/benchmarks.md)"))?;
@@ -162,9 +256,9 @@ impl Server {
         // etcd serves its gateway on the client URL.
         let grpc = match system {
             System::Etcd => http,
-            System::Gangway | System::Rnacos => loopback(free_port()?),
+            System::Gangway | System::Rnacos | System::GangwayCluster => loopback(free_port()?),
         };
-        let mut server = Server {
+        Ok(Server {
             system,
             http,
             grpc,
@@ -173,10 +267,104 @@ impl Server {
             log: dir.path().join("server.log"),
             dir,
             child: None,
-        };
-        server.spawn()?;
-        server.wait_ready().await?;
-        Ok(server)
+            role: Role::Alone,
+            nodes: vec![Node { http, grpc }],
+            members: Vec::new(),
+        })
+    }
+
+    /// Starts `gangway-cluster` as [`Server::start`] says, the join bounded by
+    /// [`CLUSTER_JOIN_DEADLINE`].
+    async fn start_cluster(bins: &Binaries) -> anyhow::Result<Server> {
+        bins.find(System::GangwayCluster)
+            .context("gangway-cluster needs gangway and etcd; etcd is not installed")?;
+        let mut etcd = (0..CLUSTER_NODES)
+            .map(|_| Server::prepare(System::Etcd, bins))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let initial_cluster = etcd
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("m{i}=http://127.0.0.1:{}", m.aux_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        for (i, m) in etcd.iter_mut().enumerate() {
+            m.role = Role::EtcdMember {
+                name: format!("m{i}"),
+                initial_cluster: initial_cluster.clone(),
+            };
+        }
+        // A member of a new cluster answers health only once a quorum is up: spawn all first.
+        start_all(&mut etcd).await?;
+        let endpoints = etcd
+            .iter()
+            .map(|m| format!("http://{}", m.http))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = (0..CLUSTER_NODES)
+            .map(|i| {
+                let mut n = Server::prepare(System::Gangway, bins)?;
+                n.role = Role::GangwayNode {
+                    name: format!("node-{}", i + 1),
+                    endpoints: endpoints.clone(),
+                };
+                Ok(n)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        start_all(&mut nodes).await?;
+        let mut first = nodes.remove(0);
+        first.system = System::GangwayCluster;
+        first.nodes.extend(nodes.iter().map(|n| n.nodes[0]));
+        first.members = nodes;
+        first.members.extend(etcd);
+        first.wait_joined().await?;
+        Ok(first)
+    }
+
+    /// Waits until every node of a cluster lists all of them in `GET /v1/cluster`.
+    async fn wait_joined(&self) -> anyhow::Result<()> {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + CLUSTER_JOIN_DEADLINE;
+        for node in &self.nodes {
+            let url = format!("http://{}/v1/cluster", node.http);
+            loop {
+                let listed = match client
+                    .get(&url)
+                    .timeout(Duration::from_secs(1))
+                    .send()
+                    .await
+                {
+                    Ok(r) => r
+                        .json::<serde_json::Value>()
+                        .await
+                        .ok()
+                        .and_then(|v| v["nodes"].as_array().map(Vec::len))
+                        .unwrap_or(0),
+                    Err(_) => 0,
+                };
+                if listed >= self.nodes.len() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "{url} listed {listed} of {} nodes within {CLUSTER_JOIN_DEADLINE:?}",
+                        self.nodes.len()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Node `i` of this system, round robin (`i` modulo [`Server::node_count`]): the server
+    /// itself unless it is a cluster, whose `node(0)` is `node-1`.
+    pub fn node(&self, i: usize) -> Node {
+        self.nodes[i % self.nodes.len()]
+    }
+
+    /// How many gangway nodes serve this system: 1, or [`CLUSTER_NODES`] for a cluster.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
     }
 
     /// The server's command: the same ports and data directory every time.
@@ -184,7 +372,7 @@ impl Server {
         let data = self.dir.path().join("data");
         let mut cmd = Command::new(&self.bin);
         match self.system {
-            System::Gangway => {
+            System::Gangway | System::GangwayCluster => {
                 // No warm-up: nothing re-registers after a fresh start, and pushes should flow
                 // at once.
                 cmd.arg("server")
@@ -201,6 +389,10 @@ impl Server {
                     // And the port's own maximum: `auto` is three eighths of the open-file limit
                     // (7,500 of the bench's 20,000), under the 10,000 subscribers of fan-out.
                     .args(["--grpc-max-connections", "15000"]);
+                if let Role::GangwayNode { name, endpoints } = &self.role {
+                    cmd.args(["--store", "etcd", "--etcd-endpoints", endpoints])
+                        .args(["--node-name", name]);
+                }
             }
             System::Rnacos => {
                 // rnacos puts gRPC at HTTP + 1000 unless told; pick both explicitly.
@@ -219,13 +411,26 @@ impl Server {
             System::Etcd => {
                 let peer = format!("http://127.0.0.1:{}", self.aux_port);
                 let client = format!("http://{}", self.http);
-                cmd.args(["--name", "bench", "--data-dir"])
+                let (name, initial_cluster) = match &self.role {
+                    Role::EtcdMember {
+                        name,
+                        initial_cluster,
+                    } => (name.clone(), initial_cluster.clone()),
+                    _ => ("bench".to_owned(), format!("bench={peer}")),
+                };
+                cmd.args(["--name", &name, "--data-dir"])
                     .arg(&data)
                     .args(["--listen-client-urls", &client])
                     .args(["--advertise-client-urls", &client])
                     .args(["--listen-peer-urls", &peer])
                     .args(["--initial-advertise-peer-urls", &peer])
-                    .args(["--initial-cluster", &format!("bench={peer}")])
+                    .args(["--initial-cluster", &initial_cluster])
+                    // One token per cluster: its first member's peer URL.
+                    .args([
+                        "--initial-cluster-token",
+                        initial_cluster_token(&initial_cluster),
+                    ])
+                    .args(["--initial-cluster-state", "new"])
                     .args(["--log-level", "warn", "--logger", "zap"])
                     // 8 GiB backend quota: the scale workload writes 100k keys.
                     .args(["--quota-backend-bytes", "8589934592"]);
@@ -277,7 +482,7 @@ impl Server {
     /// The URL of the health endpoint: 2xx once the server answers.
     pub fn health_url(&self) -> String {
         let path = match self.system {
-            System::Gangway => "/v1/health",
+            System::Gangway | System::GangwayCluster => "/v1/health",
             System::Rnacos => "/nacos/v1/console/health/readiness",
             System::Etcd => "/health",
         };
@@ -329,21 +534,42 @@ impl Server {
         self.child.as_ref().and_then(Child::id).unwrap_or(0)
     }
 
-    /// CPU time the server has used so far (zero when unreadable).
-    pub fn cpu(&self) -> Duration {
-        stats::cpu_time(self.pid()).unwrap_or_default()
+    /// The process ids of every process of the system: the server's, then a cluster's other
+    /// nodes and its etcd members.
+    pub fn pids(&self) -> Vec<u32> {
+        std::iter::once(self.pid())
+            .chain(self.members.iter().map(Server::pid))
+            .collect()
     }
 
-    /// The server's resident set size in bytes (0 when unreadable).
+    /// CPU time the system's processes ([`Server::pids`]) have used so far (a process whose
+    /// time is unreadable counts zero).
+    pub fn cpu(&self) -> Duration {
+        cpu_of(&self.pids())
+    }
+
+    /// The server's resident set size in bytes (0 when unreadable); a cluster: its first node
+    /// only.
     pub fn rss(&self) -> u64 {
         stats::rss_bytes(self.pid()).unwrap_or(0)
     }
 
-    /// Stops the server: SIGTERM, then SIGKILL after 5 s.
+    /// Stops the server: SIGTERM, then SIGKILL after 5 s. A cluster: its gangway nodes at once,
+    /// then its etcd members at once.
     ///
-    /// With `GANGWAY_BENCH_LOGS=DIR` in the environment, the server's log is kept as
+    /// With `GANGWAY_BENCH_LOGS=DIR` in the environment, each process's log is kept as
     /// `DIR/<system>-<pid>.log` (the servers log at `warn`; `RUST_LOG` raises it for gangway).
     pub async fn stop(mut self) {
+        let mut members = std::mem::take(&mut self.members);
+        let (mut etcd, mut nodes): (Vec<&mut Server>, Vec<&mut Server>) =
+            members.iter_mut().partition(|m| m.system == System::Etcd);
+        nodes.push(&mut self);
+        futures::future::join_all(nodes.into_iter().map(Server::stop_process)).await;
+        futures::future::join_all(etcd.iter_mut().map(|m| m.stop_process())).await;
+    }
+
+    /// Stops this process alone (SIGTERM, SIGKILL after 5 s) and keeps its log if asked.
+    async fn stop_process(&mut self) {
         let pid = self.child.as_ref().and_then(Child::id);
         if let Some(mut child) = self.child.take() {
             if let Some(pid) = pid {
@@ -365,6 +591,32 @@ impl Server {
     }
 }
 
+/// Spawns every server of `servers`, then waits until each answers (all spawned first: etcd
+/// members of a new cluster answer only once a quorum runs).
+async fn start_all(servers: &mut [Server]) -> anyhow::Result<()> {
+    for s in servers.iter_mut() {
+        s.spawn()?;
+    }
+    for s in servers.iter_mut() {
+        s.wait_ready().await?;
+    }
+    Ok(())
+}
+
+/// The cluster token of an etcd `--initial-cluster` list: its first member's peer URL, unique
+/// per cluster on this machine (free ports).
+fn initial_cluster_token(initial_cluster: &str) -> &str {
+    let first = initial_cluster.split(',').next().unwrap_or(initial_cluster);
+    first.split_once('=').map_or(first, |(_, url)| url)
+}
+
+/// The summed CPU time of `pids` (unreadable ones count zero).
+fn cpu_of(pids: &[u32]) -> Duration {
+    pids.iter()
+        .map(|&p| stats::cpu_time(p).unwrap_or_default())
+        .sum()
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(child) = self.child.as_mut() {
@@ -373,12 +625,13 @@ impl Drop for Server {
     }
 }
 
-/// CPU used by the client (this process) and the server over one measured phase.
-#[derive(Debug, Clone, Copy)]
+/// CPU used by the client (this process) and the server (every process of its system) over
+/// one measured phase.
+#[derive(Debug, Clone)]
 pub struct CpuMeter {
     client: Duration,
     server: Duration,
-    pid: u32,
+    pids: Vec<u32>,
     start: Instant,
 }
 
@@ -387,7 +640,7 @@ pub struct CpuMeter {
 pub struct CpuUse {
     /// Load generator (this process) CPU seconds.
     pub client_s: f64,
-    /// Server CPU seconds.
+    /// Server CPU seconds (a cluster: its gangway nodes and etcd members together).
     pub server_s: f64,
     /// Wall seconds of the phase.
     pub wall_s: f64,
@@ -399,7 +652,7 @@ impl CpuMeter {
         CpuMeter {
             client: stats::own_cpu_time().unwrap_or_default(),
             server: server.cpu(),
-            pid: server.pid(),
+            pids: server.pids(),
             start: Instant::now(),
         }
     }
@@ -407,11 +660,70 @@ impl CpuMeter {
     /// CPU used since [`CpuMeter::start`].
     pub fn stop(&self) -> CpuUse {
         let client = stats::own_cpu_time().unwrap_or_default();
-        let server = stats::cpu_time(self.pid).unwrap_or_default();
+        let server = cpu_of(&self.pids);
         CpuUse {
             client_s: client.saturating_sub(self.client).as_secs_f64(),
             server_s: server.saturating_sub(self.server).as_secs_f64(),
             wall_s: self.start.elapsed().as_secs_f64(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_is_named_and_parsed() {
+        assert_eq!(
+            "gangway-cluster".parse::<System>(),
+            Ok(System::GangwayCluster)
+        );
+        assert_eq!(System::GangwayCluster.to_string(), "gangway-cluster");
+        for s in System::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.name(), "{s:?}");
+        }
+        assert!(System::GangwayCluster.is_gangway() && System::Gangway.is_gangway());
+        assert!(!System::Etcd.is_gangway());
+        let e = "cluster".parse::<System>().unwrap_err();
+        assert!(e.contains("gangway-cluster"), "{e}");
+    }
+
+    #[test]
+    fn cluster_tokens_are_the_first_peer_url() {
+        assert_eq!(
+            initial_cluster_token("m0=http://127.0.0.1:4001,m1=http://127.0.0.1:4002"),
+            "http://127.0.0.1:4001"
+        );
+        assert_eq!(
+            initial_cluster_token("bench=http://127.0.0.1:4003"),
+            "http://127.0.0.1:4003"
+        );
+    }
+
+    #[test]
+    fn nodes_are_taken_round_robin() {
+        let bins = Binaries {
+            gangway: PathBuf::from("/bin/sh"),
+            rnacos: PathBuf::from("/nonexistent/rnacos"),
+            etcd: PathBuf::from("/nonexistent/etcd"),
+        };
+        let mut s = Server::prepare(System::Gangway, &bins).unwrap();
+        let first = s.node(0);
+        assert_eq!((first.http, first.grpc), (s.http, s.grpc));
+        assert_eq!(s.node(7), first);
+        assert_eq!(s.node_count(), 1);
+        let other = Node {
+            http: loopback(1),
+            grpc: loopback(2),
+        };
+        s.nodes.push(other);
+        assert_eq!(
+            (0..4).map(|i| s.node(i)).collect::<Vec<_>>(),
+            vec![first, other, first, other]
+        );
+        // Without etcd there is no cluster.
+        assert!(bins.find(System::GangwayCluster).is_none());
+        assert!(Server::prepare(System::Rnacos, &bins).is_err());
     }
 }

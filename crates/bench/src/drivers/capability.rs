@@ -45,6 +45,9 @@ pub struct OnGangway;
 pub struct OnRnacos;
 /// etcd, as a type.
 pub struct OnEtcd;
+/// gangway as a cluster of nodes on etcd (`gangway-cluster`), as a type: it serves the drivers
+/// that spread their clients over the nodes ([`Server::node`]).
+pub struct OnGangwayCluster;
 
 impl SystemKind for OnGangway {
     const SYSTEM: System = System::Gangway;
@@ -54,6 +57,9 @@ impl SystemKind for OnRnacos {
 }
 impl SystemKind for OnEtcd {
     const SYSTEM: System = System::Etcd;
+}
+impl SystemKind for OnGangwayCluster {
+    const SYSTEM: System = System::GangwayCluster;
 }
 
 /// Registers ephemeral instances (kept alive by a session, connection or lease) from several

@@ -12,7 +12,7 @@
 //!
 //! | driver | type | capabilities | systems |
 //! |---|---|---|---|
-//! | `native-grpc` | [`NativeGrpc`] | register, deregister, subscribe, hold | gangway |
+//! | `native-grpc` | [`NativeGrpc`] | register, deregister, subscribe, hold | gangway, gangway-cluster (session `i` on node `i` modulo the nodes) |
 //! | `max-sessions` | [`MaxSessions`] | (the scale workload's own probe) | gangway |
 //! | `nacos-grpc` | [`NacosGrpc`] | register, subscribe, hold | gangway, rnacos |
 //! | `nacos-http` | [`NacosV1`] | register, deregister, list | gangway, rnacos |
@@ -37,8 +37,8 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
 pub use capability::{
-    Deregister, Driver, Hold, List, OnEtcd, OnGangway, OnRnacos, OnUpdate, Persist, Register,
-    Serves, SessionBound, Subscribe, SystemKind, Update,
+    Deregister, Driver, Hold, List, OnEtcd, OnGangway, OnGangwayCluster, OnRnacos, OnUpdate,
+    Persist, Register, Serves, SessionBound, Subscribe, SystemKind, Update,
 };
 pub use etcd::{EtcdLeasePut, EtcdPut, EtcdRange, EtcdWatch};
 pub use nacos_grpc::NacosGrpc;

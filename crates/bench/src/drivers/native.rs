@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use super::capability::{
-    Deregister, OnGangway, OnUpdate, Register, SessionBound, Subscribe, Update,
+    Deregister, OnGangway, OnGangwayCluster, OnUpdate, Register, SessionBound, Subscribe, Update,
 };
 use super::{GROUP, NAMESPACE};
 use crate::load;
@@ -244,25 +244,26 @@ pub struct NativeGrpc;
 /// how many sessions one gangway holds (the scale workload's probe, in the scale module).
 pub struct MaxSessions;
 
-super::capability::driver!(NativeGrpc = "native-grpc", served by OnGangway);
+super::capability::driver!(NativeGrpc = "native-grpc", served by OnGangway, OnGangwayCluster);
 super::capability::driver!(MaxSessions = "max-sessions", served by OnGangway);
 
 /// Opens `n` sessions on `server`, each on its own connection, named `{prefix}-{i}`, with
-/// `handler(i)` as session i's snapshot handler.
+/// `handler(i)` as session i's snapshot handler. Session `i` is on node `i` of a cluster
+/// (round robin, [`Server::node`]), so workers and subscribers spread evenly over the nodes
+/// and session 0 (a producer's) is on the first node.
 async fn sessions(
     server: &Server,
     n: usize,
     prefix: &str,
     handler: impl Fn(usize) -> Option<SnapshotHandler>,
 ) -> anyhow::Result<Vec<Session>> {
-    let addr = server.grpc;
     let handler = &handler;
     load::for_each(
         n,
         128,
         &format!("{n} native sessions ({prefix})"),
         |i| async move {
-            let ch = super::channel(addr).await?;
+            let ch = super::channel(server.node(i).grpc).await?;
             Session::open(ch, &format!("{prefix}-{i}"), handler(i)).await
         },
     )

@@ -27,7 +27,13 @@ super::capability::driver!(RestPersistent = "rest-persistent", served by OnGangw
 
 /// A client of `server`'s REST port sharing one pool sized for `workers` ([`super::pool`]).
 pub(crate) fn client(server: &Server, workers: usize) -> anyhow::Result<RestClient> {
-    Ok(RestClient::builder(&server.http.to_string())
+    client_of(&server.http.to_string(), workers)
+}
+
+/// A client of the REST port at `addr` (`host:port`, e.g. one node of a cluster) sharing one
+/// pool sized for `workers` ([`super::pool`]).
+pub(crate) fn client_of(addr: &str, workers: usize) -> anyhow::Result<RestClient> {
+    Ok(RestClient::builder(addr)
         .http(super::pool(workers))
         .build()?)
 }

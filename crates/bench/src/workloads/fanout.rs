@@ -10,7 +10,9 @@ use tokio::sync::Notify;
 use super::lineup::{self, Entry, OfSubscribers, Plan};
 use super::measure::truncate;
 use super::{Ctx, Params};
-use crate::drivers::{OnUpdate, Register, Serves, Subscribe, Update, etcd};
+use crate::drivers::{
+    NativeGrpc, OnGangwayCluster, OnUpdate, Register, Serves, Subscribe, Update, etcd,
+};
 use crate::load::{self, Percentiles};
 use crate::report::{Row, Table};
 use crate::system::{CpuMeter, Server};
@@ -42,9 +44,12 @@ pub(super) fn plan(p: &Params) -> Plan {
         vec![
             "gangway native: the snapshot received (and acked at once); Nacos: the NotifySubscriberRequest received (and answered); etcd: the watch event received.".into(),
             "rnacos coalesces changes for about 500 ms before it pushes (its DelayNotifyActor).".into(),
+            "gangway-cluster: the changes registered on node-1, subscriber i on node i mod 3: the time until the last subscriber of any node holds the change.".into(),
         ],
     );
-    Plan::new(table, lineup::subscribers::<Measured>())
+    let mut entries = lineup::subscribers::<Measured>();
+    entries.push(Measured::entry::<OnGangwayCluster, NativeGrpc>());
+    Plan::new(table, entries)
 }
 
 /// This workload's measurement, as a type (its lineup's entries).

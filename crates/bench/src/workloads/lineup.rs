@@ -114,6 +114,7 @@ impl Plan {
                 server.stop().await;
             }
         }
+        table.fill_cluster_ratios();
         table
     }
 }

@@ -1,4 +1,4 @@
-//! The workloads of issues 6, 10 and 14, one module each. Each workload but `proxy` is a
+//! The workloads of issues 6, 10, 11 and 14, one module each. Each workload but `proxy` is a
 //! [`Plan`]: its empty table and its lineup of (system, driver) pairs, which [`lineup`] runs
 //! against a fresh server each; the closed- and open-loop phases and the rows they make are in
 //! [`measure`].
@@ -14,6 +14,7 @@ use crate::system::{Binaries, System};
 
 mod big_service;
 mod churn;
+mod drain;
 mod durable;
 mod fanout;
 mod lineup;
@@ -53,6 +54,10 @@ pub struct Params {
     pub restart_services: Vec<ServiceBatch>,
     /// How long the restarted server may take to list every instance.
     pub restart_deadline: Duration,
+    /// Subscribers of the drain workload (spread over a cluster's nodes).
+    pub drain_subscribers: usize,
+    /// Drains of the drain workload, one after another.
+    pub drains: usize,
 }
 
 /// `services` services of `instances` instances each (written `5x20000`).
@@ -90,6 +95,8 @@ impl Params {
                 },
             ],
             restart_deadline: Duration::from_secs(60),
+            drain_subscribers: 30,
+            drains: 5,
         }
     }
 
@@ -118,6 +125,8 @@ impl Params {
                 },
             ],
             restart_deadline: Duration::from_secs(300),
+            drain_subscribers: 100,
+            drains: 20,
         }
     }
 }
@@ -176,6 +185,9 @@ pub enum Workload {
     /// 100,000 persistent instances stored, the server killed and started again: time until
     /// it answers health and until it lists them all.
     Restart,
+    /// S subscribers over the nodes; instances drained through the last node: the drain's
+    /// time.
+    Drain,
     /// `gangway proxy` beside HAProxy on 3 instances: added latency, throughput (not in `all`).
     Proxy,
 }
@@ -187,11 +199,14 @@ pub enum Selection {
     One(Workload),
     /// Every workload [`Workload::in_all`], in the order of [`Workload::EVERY`].
     All,
+    /// The workloads with `gangway-cluster` rows ([`Workload::has_cluster_rows`]): register,
+    /// fanout and drain (issue 11).
+    Cluster,
 }
 
 impl Workload {
     /// Every workload, in the order of `gangway bench --help`.
-    pub const EVERY: [Workload; 9] = [
+    pub const EVERY: [Workload; 10] = [
         Workload::Register,
         Workload::Query,
         Workload::Fanout,
@@ -200,6 +215,7 @@ impl Workload {
         Workload::Durable,
         Workload::BigService,
         Workload::Restart,
+        Workload::Drain,
         Workload::Proxy,
     ];
 
@@ -207,6 +223,14 @@ impl Workload {
     /// much.
     pub fn in_all(self) -> bool {
         self != Workload::Proxy
+    }
+
+    /// Whether its lineup has `gangway-cluster` rows (the `cluster` selection runs these).
+    pub fn has_cluster_rows(self) -> bool {
+        matches!(
+            self,
+            Workload::Register | Workload::Fanout | Workload::Drain
+        )
     }
 
     /// The name used on the command line and in tables.
@@ -220,6 +244,7 @@ impl Workload {
             Workload::Durable => "durable",
             Workload::BigService => "big-service",
             Workload::Restart => "restart",
+            Workload::Drain => "drain",
             Workload::Proxy => "proxy",
         }
     }
@@ -249,6 +274,10 @@ impl Workload {
                 "100,000 persistent instances, kill -9, start again: time to health and to \
                  listing them all"
             }
+            Workload::Drain => {
+                "S subscribers over the nodes; instances drained through the last node: the \
+                 drain's call and wait"
+            }
             Workload::Proxy => {
                 "`gangway proxy` beside HAProxy on 3 instances: added latency, throughput (not \
                  in `all`)"
@@ -268,6 +297,7 @@ impl Workload {
             Workload::Durable => durable::plan(p).run(ctx).await,
             Workload::BigService => big_service::plan(p).run(ctx).await,
             Workload::Restart => restart::plan(p).run(ctx).await,
+            Workload::Drain => drain::plan(p).run(ctx).await,
             Workload::Proxy => proxy::run(ctx).await,
         }
     }
@@ -279,6 +309,7 @@ impl Selection {
         match self {
             Selection::One(w) => w.name(),
             Selection::All => "all",
+            Selection::Cluster => "cluster",
         }
     }
 
@@ -287,12 +318,16 @@ impl Selection {
         match self {
             Selection::One(w) => vec![w],
             Selection::All => Workload::EVERY.into_iter().filter(|w| w.in_all()).collect(),
+            Selection::Cluster => Workload::EVERY
+                .into_iter()
+                .filter(|w| w.has_cluster_rows())
+                .collect(),
         }
     }
 }
 
 /// Every selection, in the order of `gangway bench --help`.
-const SELECTIONS: [Selection; 10] = [
+const SELECTIONS: [Selection; 12] = [
     Selection::One(Workload::Register),
     Selection::One(Workload::Query),
     Selection::One(Workload::Fanout),
@@ -301,8 +336,10 @@ const SELECTIONS: [Selection; 10] = [
     Selection::One(Workload::Durable),
     Selection::One(Workload::BigService),
     Selection::One(Workload::Restart),
+    Selection::One(Workload::Drain),
     Selection::One(Workload::Proxy),
     Selection::All,
+    Selection::Cluster,
 ];
 
 impl clap::ValueEnum for Selection {
@@ -314,6 +351,10 @@ impl clap::ValueEnum for Selection {
         Some(match self {
             Selection::One(w) => PossibleValue::new(w.name()).help(w.about()),
             Selection::All => PossibleValue::new("all").help("Every workload but proxy, in turn"),
+            Selection::Cluster => PossibleValue::new("cluster").help(
+                "register, fanout and drain: the workloads with gangway-cluster rows (--peers \
+                 gangway,gangway-cluster)",
+            ),
         })
     }
 }
@@ -334,9 +375,18 @@ mod tests {
             );
         }
         assert_eq!(Selection::from_str("all", false), Ok(Selection::All));
+        assert_eq!(
+            Selection::from_str("cluster", false),
+            Ok(Selection::Cluster)
+        );
+        assert_eq!(
+            Selection::Cluster.workloads(),
+            vec![Workload::Register, Workload::Fanout, Workload::Drain]
+        );
         let all = Selection::All.workloads();
         assert!(!all.contains(&Workload::Proxy));
         assert!(all.contains(&Workload::Restart));
+        assert!(all.contains(&Workload::Drain));
         assert_eq!(all.len(), Workload::EVERY.len() - 1);
         assert!(Selection::from_str("every", false).is_err());
     }

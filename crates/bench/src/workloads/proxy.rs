@@ -471,6 +471,7 @@ pub async fn run(ctx: &Ctx) -> Table {
             values: samples[i].iter().map(|s| median(s.clone())).collect(),
             cpu: None,
             note: errors[i].clone(),
+            cluster_vs_single: None,
         });
     }
     if setup.haproxy.is_none() {

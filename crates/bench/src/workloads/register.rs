@@ -7,8 +7,8 @@ use super::Params;
 use super::lineup::{Entry, Plan};
 use super::measure::{Op, load_columns, load_rows};
 use crate::drivers::{
-    EtcdLeasePut, NacosGrpc, NacosV1, NativeGrpc, OnEtcd, OnGangway, OnRnacos, Register, Serves,
-    instance_addr,
+    EtcdLeasePut, NacosGrpc, NacosV1, NativeGrpc, OnEtcd, OnGangway, OnGangwayCluster, OnRnacos,
+    Register, Serves, instance_addr,
 };
 use crate::report::{Row, Table};
 use crate::system::Server;
@@ -27,6 +27,7 @@ pub(super) fn plan(p: &Params) -> Plan {
         vec![
             "etcd: a lease grant then a put (two requests) per registration, as registries use etcd.".into(),
             "nacos-grpc on rnacos: a second instance of a service on one connection replaces the first (Nacos semantics).".into(),
+            "gangway-cluster: worker w's session on node w mod 3 (round robin); each instance is an etcd key bound to its node's lease.".into(),
         ],
     );
     Plan::new(
@@ -38,6 +39,7 @@ pub(super) fn plan(p: &Params) -> Plan {
             on::<OnRnacos, NacosGrpc>(),
             on::<OnRnacos, NacosV1>(),
             on::<OnEtcd, EtcdLeasePut>(),
+            on::<OnGangwayCluster, NativeGrpc>(),
         ],
     )
 }

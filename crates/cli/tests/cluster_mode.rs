@@ -1408,7 +1408,7 @@ async fn nacos_python_sdk_with_three_nodes_keeps_its_registration_and_subscripti
     let scratch = match std::env::var_os("NACOS_SCRATCH") {
         Some(dir) => tempfile::Builder::new()
             .prefix("cluster-")
-            .keep(true)
+            .disable_cleanup(true)
             .tempdir_in(dir)
             .unwrap(),
         None => tempfile::tempdir().unwrap(),

@@ -16,6 +16,10 @@ use gangway_store::cluster::Keeper;
 use super::super::service::Changed;
 use super::super::{Liveness, Registry};
 
+/// Another node's instances of one client, by node: the node's REST address (if it is in the
+/// cluster) and the instances.
+type ByNode = BTreeMap<String, (Option<String>, Vec<(ServiceKey, InstanceKey)>)>;
+
 /// How long a node gets to accept a TCP connection on its REST address before its instances
 /// are adopted by a reconnected client's new session: 300 ms.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
@@ -28,12 +32,12 @@ impl Registry {
             return;
         }
         // Other nodes' instances of this client, by node, with the node's REST address.
-        let by_node: BTreeMap<String, (Option<String>, Vec<(ServiceKey, InstanceKey)>)> = {
+        let by_node: ByNode = {
             let state = self.lock();
             let Some(c) = state.cluster.as_ref() else {
                 return;
             };
-            let mut by_node: BTreeMap<String, (Option<String>, Vec<_>)> = BTreeMap::new();
+            let mut by_node = ByNode::new();
             for (svc, entry) in &state.services {
                 for (key, e) in &entry.instances {
                     if let Liveness::Remote(r) = &e.liveness

@@ -106,7 +106,7 @@ impl Registry {
                 let recovering = self.observe_clock(Instant::now()) == ClockReading::Recovering;
                 let after = {
                     let mut state = self.lock();
-                    let after = if mine {
+                    if mine {
                         own_echo(&mut state, revision);
                         Aftermath::default()
                     } else {
@@ -118,8 +118,7 @@ impl Registry {
                             changes,
                             recovering,
                         )
-                    };
-                    after
+                    }
                 };
                 self.aftermath(after);
                 if expired {
@@ -275,7 +274,7 @@ fn apply_durable(
             let probe_changed = !matches!(existing.map(|e| &e.liveness), Some(Liveness::Probe(p)) if *p == stored.probe);
             let mut instance = stored.instance;
             // Health is this node's probe's to say; a new instance starts healthy.
-            instance.healthy = existing.map_or(true, |e| e.instance.healthy);
+            instance.healthy = existing.is_none_or(|e| e.instance.healthy);
             if probe_changed {
                 after
                     .probes_started

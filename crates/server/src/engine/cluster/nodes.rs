@@ -79,7 +79,7 @@ impl Registry {
 
     /// This node's record now.
     fn node_record(&self, cluster: &dyn Cluster) -> Option<NodeRecord> {
-        let (http, grpc, started_ms) = self.inner.addresses.get()?.clone();
+        let (http, grpc, started_ms) = *self.inner.addresses.get()?;
         let state = self.lock();
         Some(NodeRecord {
             name: cluster.node().to_owned(),

@@ -770,6 +770,8 @@ async fn services_and_subscribers_render_tables() {
         uris,
         [
             "/v1/services?group=DEFAULT_GROUP",
+            // The nodes of a cluster (a registry alone, or without it, adds no table).
+            "/v1/cluster",
             "/v1/services/orders/subscribers"
         ]
     );

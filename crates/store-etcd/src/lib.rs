@@ -281,6 +281,38 @@ impl EtcdStore {
     pub(crate) fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
     }
+
+    /// Whether every key holds the value a batch gave it (`None`: absent), and then the newest
+    /// revision among them. One read per key; only after a failed compare.
+    fn landed(&self, wanted: Vec<(String, Option<String>)>) -> Result<Option<i64>, StoreError> {
+        let shared = self.shared.clone();
+        self.block(async move {
+            let mut newest = 0;
+            for (key, value) in wanted {
+                let got = shared
+                    .call(shared.config.request_timeout, |mut c| {
+                        let key = key.clone();
+                        async move { c.get(key, None).await }
+                    })
+                    .await?;
+                let kv = got.kvs().first();
+                let same = match (&value, kv) {
+                    (None, None) => true,
+                    (Some(v), Some(kv)) => kv.value() == v.as_bytes(),
+                    _ => false,
+                };
+                if !same {
+                    return Ok(None);
+                }
+                let revision = kv.map_or_else(
+                    || got.header().map_or(0, |h| h.revision()),
+                    |kv| kv.mod_revision(),
+                );
+                newest = newest.max(revision);
+            }
+            Ok(Some(newest))
+        })
+    }
 }
 
 impl Shared {
@@ -477,6 +509,10 @@ impl Store for EtcdStore {
             .iter()
             .map(|(k, v)| (k.clone(), v.is_some()))
             .collect();
+        let wanted: Vec<(String, Option<String>)> = final_values
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         // A cluster node names itself on the revision mark of every service it changes.
         if let Some(writer) = self.shared.writer.get() {
             let mark = json(&cluster::RevisionMark {
@@ -511,11 +547,21 @@ impl Store for EtcdStore {
                 })
                 .await
         })?;
-        if !succeeded {
-            return Err(StoreError::Conflict(
-                "a key of the batch was written by another node since this node last saw it".into(),
-            ));
-        }
+        let revision = if succeeded {
+            revision
+        } else {
+            // A retried attempt fails its compare when the first one committed and only its
+            // answer was lost: the batch is in etcd then, value for value.
+            match self.landed(wanted)? {
+                Some(revision) => Some(revision),
+                None => {
+                    return Err(StoreError::Conflict(
+                        "a key of the batch was written by another node since this node last saw it"
+                            .into(),
+                    ));
+                }
+            }
+        };
         if checked && let Some(revision) = revision {
             let mut seen = self.shared.seen.lock().expect("seen lock");
             for (key, present) in written {

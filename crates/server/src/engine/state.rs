@@ -156,27 +156,19 @@ impl State {
         if self.cluster.is_some() {
             let keys: Vec<InstanceKey> = match &changed {
                 Changed::Keys(keys) => keys.clone(),
-                Changed::All => {
-                    let mut keys: Vec<InstanceKey> = self
-                        .services
-                        .get(key)
-                        .map(|s| {
-                            s.instances
-                                .iter()
-                                .filter(|(_, e)| !matches!(e.liveness, Liveness::Probe(_)))
-                                .map(|(k, _)| k.clone())
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let c = self.cluster.as_ref().expect("checked");
-                    keys.extend(
-                        c.known
-                            .keys()
-                            .filter(|(s, _)| s == key)
-                            .map(|(_, k)| k.clone()),
-                    );
-                    keys
-                }
+                // The service's ephemeral instances (an instance that left was marked when it
+                // left, with its key).
+                Changed::All => self
+                    .services
+                    .get(key)
+                    .map(|s| {
+                        s.instances
+                            .iter()
+                            .filter(|(_, e)| !matches!(e.liveness, Liveness::Probe(_)))
+                            .map(|(k, _)| k.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             };
             let c = self.cluster.as_mut().expect("checked");
             c.mark(key, keys);

@@ -107,7 +107,7 @@ impl Registry {
                 let after = {
                     let mut state = self.lock();
                     if mine {
-                        own_echo(&mut state, revision);
+                        own_echo(&mut state, revision, &changes);
                         Aftermath::default()
                     } else {
                         apply_changes(
@@ -147,6 +147,7 @@ impl Registry {
                 tracing::warn!(old = %format!("{old:016x}"), new = %format!("{new:016x}"), "this node's store lease was lost; its instances are written again under a new one");
                 let recovering = self.observe_clock(Instant::now()) == ClockReading::Recovering;
                 let mut state = self.lock();
+                drop_unvouched(&mut state, recovering);
                 mark_own(&mut state, !recovering);
                 drop(state);
                 self.write_node_record(cluster);
@@ -173,10 +174,56 @@ impl Registry {
 }
 
 /// This node's own transaction came back: the view has it already (the committer or the
-/// replicator published it at this revision).
-fn own_echo(state: &mut State, revision: i64) {
+/// replicator published it at this revision). The store's copies of its ephemeral records are
+/// taken from it all the same: a write whose answer was lost (and whose retry then failed its
+/// compare) is known from here, so the replicator's next compare holds.
+fn own_echo(state: &mut State, revision: i64, changes: &[ClusterChange]) {
     let c = state.cluster.as_mut().expect("cluster mode");
     c.seen = c.seen.max(revision);
+    for change in changes {
+        if let ClusterChange::Ephemeral(svc, key, entry) = change {
+            let id = (svc.clone(), key.clone());
+            if c.known.get(&id).is_some_and(|k| k.mod_revision > revision) {
+                continue;
+            }
+            match entry {
+                Some(e) => {
+                    c.known.insert(id, e.clone());
+                }
+                None => {
+                    c.known.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+/// After a lost lease: this node's instances it cannot vouch for (in stall grace; heartbeat-kept
+/// while it recovers from its own stall) leave its view at once, as they left (or are leaving,
+/// with the lease) every other node's; their records are deleted if still there.
+fn drop_unvouched(state: &mut State, recovering: bool) {
+    let gone: Vec<(ServiceKey, InstanceKey)> = state
+        .services
+        .iter()
+        .flat_map(|(s, e)| {
+            e.instances
+                .iter()
+                .filter(|(_, i)| match i.liveness {
+                    Liveness::Grace { .. } => true,
+                    Liveness::Lease(_) => recovering,
+                    _ => false,
+                })
+                .map(move |(k, _)| (s.clone(), k.clone()))
+        })
+        .collect();
+    let mut by_service: BTreeMap<ServiceKey, Vec<InstanceKey>> = BTreeMap::new();
+    for (svc, key) in gone {
+        state.remove(&svc, &key);
+        by_service.entry(svc).or_default().push(key);
+    }
+    for (svc, keys) in by_service {
+        state.publish(&svc, Changed::Keys(keys));
+    }
 }
 
 /// Applies another node's changes of one revision.

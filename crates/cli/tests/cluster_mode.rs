@@ -1604,3 +1604,127 @@ async fn nacos_python_sdk_with_three_nodes_keeps_its_registration_and_subscripti
         .unwrap();
     consumer.wait(Duration::from_secs(5)).await;
 }
+
+/// `enabled` of `addr` of `svc` on node `http` (every instance listed).
+async fn enabled_on(c: &reqwest::Client, http: &str, svc: &str, addr: &str) -> Option<bool> {
+    let v = get(c, http, &format!("/v1/services/{svc}/instances?all=true")).await?;
+    v["instances"]
+        .as_array()?
+        .iter()
+        .find(|i| addr_of(i) == addr)
+        .and_then(|i| i["enabled"].as_bool())
+}
+
+/// Polls until every node shows `addr` with `enabled`; the time it took.
+async fn everywhere(
+    c: &reqwest::Client,
+    nodes: &[Node],
+    svc: &str,
+    addr: &str,
+    enabled: bool,
+) -> Option<Instant> {
+    poll(Duration::from_secs(5), || async {
+        for n in nodes {
+            if enabled_on(c, n.http(), svc, addr).await? != enabled {
+                return None;
+            }
+        }
+        Some(Instant::now())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_after_the_registration_drains_it_everywhere_and_online_through_its_holder_sticks()
+ {
+    let etcd = etcd3().await;
+    let (mut nodes, addrs) = nodes3_fixed(&etcd, TTL).await;
+    let c = rest();
+    register_lease(&c, nodes[0].http(), "fq", "10.3.0.1", 80).await;
+    register_lease(&c, nodes[0].http(), "fq", "10.3.0.2", 80).await;
+    let a = "10.3.0.1:80";
+    everywhere(&c, &nodes, "fq", a, true)
+        .await
+        .expect("registered everywhere");
+    // n2 restarts: it loads the instances from etcd (not from its own watch).
+    nodes[1].server.proc.signal(Signal::SIGTERM);
+    nodes[1].server.proc.wait(Duration::from_secs(15)).await;
+    nodes[1] = Node::start(&etcd, NAMES[1], &addrs[1].0, &addrs[1].1, TTL).await;
+    wait_members(&nodes.iter().collect::<Vec<_>>(), 3).await;
+    // A second node of the same name is refused while n2 lives.
+    let dir = tempfile::tempdir().unwrap();
+    let endpoints = etcd.endpoints().join(",");
+    let mut twin = Proc::spawn(&[
+        "server",
+        "--http",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        &endpoints,
+        "--etcd-lease-ttl",
+        TTL,
+        "--node-name",
+        NAMES[1],
+    ]);
+    let status = twin.wait(Duration::from_secs(15)).await;
+    assert!(!status.success(), "a second {} started", NAMES[1]);
+    let said = twin.stderr_line_containing("in use by a live node").await;
+    println!("a second {}: {said}", NAMES[1]);
+    assert_eq!(
+        get(&c, nodes[0].http(), "/v1/cluster").await.unwrap()["nodes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3,
+        "n2 is still a member"
+    );
+
+    // A drain through the restarted n2 takes the instance out on every node.
+    let t0 = Instant::now();
+    let (status, report) = post(
+        &c,
+        nodes[1].http(),
+        &format!("/v1/services/fq/instances/{a}/drain"),
+        &json!({"timeout_ms": 3000}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    let out = everywhere(&c, &nodes, "fq", a, false)
+        .await
+        .unwrap_or_else(|| panic!("not offline everywhere after a drain through n2: {report}"));
+    println!(
+        "drain through the restarted n2: {} ms, offline on every node after {:.0} ms",
+        report["waited_ms"],
+        ms(t0, out)
+    );
+    // online through its holder n1 sticks on every node (no node puts its drain back).
+    let (status, answer) = post(
+        &c,
+        nodes[0].http(),
+        &format!("/v1/services/fq/instances/{a}/online"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    everywhere(&c, &nodes, "fq", a, true)
+        .await
+        .expect("online everywhere");
+    // Still online everywhere a while later.
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        for n in &nodes {
+            assert_eq!(
+                enabled_on(&c, n.http(), "fq", a).await,
+                Some(true),
+                "{} put it offline again",
+                n.name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -68,6 +68,7 @@ impl EtcdStore {
                 "node name must be 1-128 bytes without spaces, got {name:?}"
             )));
         }
+        self.wait_name_free(name, ttl)?;
         let first = self.grant_node_lease(ttl)?;
         let lease = Arc::new(AtomicI64::new(first.id()));
         let (state_tx, state) = watch::channel(first.state());
@@ -97,6 +98,41 @@ impl EtcdStore {
             .map_err(|_| StoreError::Io("this store joined a cluster already".into()))?;
         let _ = self.shared.writer.set(name.to_owned());
         Ok(node)
+    }
+}
+
+impl EtcdStore {
+    /// Waits until no node record of `name` is left (a node that died keeps it until its lease
+    /// expires: at most `ttl` plus 1 s); a live node of that name renews it, and is refused.
+    fn wait_name_free(&self, name: &str, ttl: Duration) -> Result<(), StoreError> {
+        let key = self.layout().node(name);
+        let deadline = std::time::Instant::now() + ttl + Duration::from_secs(1);
+        loop {
+            let shared = self.shared();
+            let probe = key.clone();
+            let taken = self.block(async move {
+                shared
+                    .call(shared.config.request_timeout, move |mut c| {
+                        let key = probe.clone();
+                        async move {
+                            c.get(key, Some(GetOptions::new().with_count_only()))
+                                .await
+                                .map(|r| r.count() > 0)
+                        }
+                    })
+                    .await
+            })?;
+            if !taken {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(StoreError::Io(format!(
+                    "node name {name:?} is in use by a live node of this cluster (its record \
+                     {key} is still renewed after {ttl:?}): give each node its own --node-name"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 }
 

@@ -441,15 +441,22 @@ fn apply_ephemeral(
 }
 
 /// Puts another node's instance into the view (taking it from this node's session if one held
-/// it: its client re-registered there).
+/// it: its client re-registered there), and keeps the store's copy of its record.
 fn insert_remote(state: &mut State, svc: &ServiceKey, key: InstanceKey, entry: EphemeralEntry) {
+    let c = state.cluster.as_mut().expect("cluster mode");
+    c.known.insert((svc.clone(), key.clone()), entry.clone());
     let record = entry.record;
     let mut instance = record.instance;
-    instance.key = key;
+    instance.key = key.clone();
     instance.ephemeral = true;
-    if let Some(mark) = state.marks.get(&(svc.clone(), instance.key.clone()))
-        && !mark.until_gone
-    {
+    // The record says whether it serves: a drain's until-gone mark is its holder's to keep (it
+    // mirrors one set through another node), so none stays here; an operator's durable mark
+    // applies everywhere.
+    let mark_key = (svc.clone(), key.clone());
+    if state.marks.get(&mark_key).is_some_and(|m| m.until_gone) {
+        state.marks.remove(&mark_key);
+    }
+    if state.marks.contains_key(&mark_key) {
         instance.enabled = false;
     }
     state.insert(

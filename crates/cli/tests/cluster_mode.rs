@@ -1728,3 +1728,55 @@ async fn a_node_restarted_after_the_registration_drains_it_everywhere_and_online
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_drains_of_the_last_two_instances_through_two_nodes_leave_one_serving() {
+    let etcd = etcd3().await;
+    let nodes = nodes3(&etcd, TTL).await;
+    let c = rest();
+    let (a, b) = ("10.6.0.1:80", "10.6.0.2:80");
+    register_lease(&c, nodes[0].http(), "last", "10.6.0.1", 80).await;
+    register_lease(&c, nodes[0].http(), "last", "10.6.0.2", 80).await;
+    for round in 0..5 {
+        everywhere(&c, &nodes, "last", a, true)
+            .await
+            .expect("a online");
+        everywhere(&c, &nodes, "last", b, true)
+            .await
+            .expect("b online");
+        let drain = |node: &Node, addr: &str| {
+            let (c, http, path) = (
+                c.clone(),
+                node.http().to_owned(),
+                format!("/v1/services/last/instances/{addr}/drain"),
+            );
+            async move { post(&c, &http, &path, &json!({"timeout_ms": 500})).await }
+        };
+        let t0 = Instant::now();
+        let ((sa, ra), (sb, rb)) = tokio::join!(drain(&nodes[1], a), drain(&nodes[2], b));
+        let mut statuses = [sa, sb];
+        statuses.sort();
+        println!(
+            "round {round}: drains through n2 and n3 answered {statuses:?} in {:.0} ms",
+            ms(t0, Instant::now())
+        );
+        assert_eq!(statuses, [200, 409], "round {round}: {ra} / {rb}");
+        // Exactly one of the two is offline, and every node agrees.
+        let offline = if sa == 200 { a } else { b };
+        everywhere(&c, &nodes, "last", offline, false)
+            .await
+            .expect("the drained one offline everywhere");
+        let serving = if sa == 200 { b } else { a };
+        everywhere(&c, &nodes, "last", serving, true)
+            .await
+            .expect("the refused one serving everywhere");
+        let (status, answer) = post(
+            &c,
+            nodes[0].http(),
+            &format!("/v1/services/last/instances/{offline}/online"),
+            &json!({}),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+}

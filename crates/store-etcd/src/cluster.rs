@@ -376,6 +376,44 @@ impl Cluster for EtcdNode {
         self.txn(txn).map(|_| ())
     }
 
+    fn lock_service(&self, service: &ServiceKey, wait: Duration) -> Result<i64, StoreError> {
+        let key = self.shared.layout.lock(service);
+        let deadline = std::time::Instant::now() + wait;
+        let mut pause = RETRY_FIRST;
+        loop {
+            let lease = self.current_lease()?;
+            let txn = Txn::new()
+                .when(vec![Compare::create_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then(vec![TxnOp::put(
+                    key.clone(),
+                    self.name.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            let (taken, revision) = self.txn(txn)?;
+            if taken {
+                return Ok(revision);
+            }
+            if std::time::Instant::now() + pause >= deadline {
+                return Err(StoreError::Conflict(format!(
+                    "service {service} is being changed through another node (its lock was held \
+                     for {wait:?})"
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    fn unlock_service(&self, service: &ServiceKey) -> Result<(), StoreError> {
+        let key = self.shared.layout.lock(service);
+        self.txn(Txn::new().and_then(vec![TxnOp::delete(key, None)]))
+            .map(|_| ())
+    }
+
     fn touch(&self, services: &[ServiceKey], after: i64) -> Result<(), StoreError> {
         let mark = json(&RevisionMark {
             node: self.name.clone(),
@@ -500,7 +538,7 @@ impl Shared {
                 self.layout.parse_instance(space, key).map(|(s, _)| s)
             }
             Space::Services | Space::Revisions => self.layout.parse_service_in(space, key),
-            Space::Nodes | Space::Drains => None,
+            Space::Nodes | Space::Drains | Space::Locks => None,
         }
     }
 
@@ -518,7 +556,7 @@ impl Shared {
                     .decode(space, kv.key(), value)
                     .map(|w| Some(ClusterChange::Durable(w)));
             }
-            Space::Revisions => return Ok(None),
+            Space::Revisions | Space::Locks => return Ok(None),
             Space::Ephemeral => "etcd ephemeral instances",
             Space::Nodes => "etcd nodes",
             Space::Drains => "etcd drains",

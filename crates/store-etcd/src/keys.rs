@@ -11,6 +11,7 @@
 //! | `P/v1/nodes/{name}` | `NodeRecord`, bound to the node's lease |
 //! | `P/v1/drains/{id}` | `DrainRecord`, bound to the draining node's lease |
 //! | `P/v1/drains/{id}/{node}` | `DrainAnswer`, bound to the answering node's lease |
+//! | `P/v1/locks/{ns}/{group}/{service}` | the holding node's name, bound to its lease |
 //!
 //! Each name segment is percent-encoded for `%`, `/` and `#` (and nothing else), so a key
 //! splits back unambiguously: segments on `/`, the cluster after the last `#`, the port after
@@ -39,13 +40,15 @@ pub enum Space {
     Nodes,
     /// Drains across nodes and their answers (cluster mode).
     Drains,
+    /// Per-service locks of the changes whose rule must hold across nodes (cluster mode).
+    Locks,
 }
 
 impl Space {
     /// The spaces of durable state, in the order `load` reads them.
     pub const DURABLE: [Space; 3] = [Space::Instances, Space::Services, Space::Offline];
     /// Every space.
-    pub const ALL: [Space; 7] = [
+    pub const ALL: [Space; 8] = [
         Space::Instances,
         Space::Services,
         Space::Offline,
@@ -53,6 +56,7 @@ impl Space {
         Space::Revisions,
         Space::Nodes,
         Space::Drains,
+        Space::Locks,
     ];
 
     /// The path segment of the space.
@@ -65,6 +69,7 @@ impl Space {
             Space::Revisions => "revisions",
             Space::Nodes => "nodes",
             Space::Drains => "drains",
+            Space::Locks => "locks",
         }
     }
 }
@@ -110,6 +115,11 @@ impl Layout {
     /// Key of a service's revision mark.
     pub fn revision(&self, service: &ServiceKey) -> String {
         format!("{}{}", self.space(Space::Revisions), service_path(service))
+    }
+
+    /// Key of a service's lock.
+    pub fn lock(&self, service: &ServiceKey) -> String {
+        format!("{}{}", self.space(Space::Locks), service_path(service))
     }
 
     /// Key of a node record.

@@ -267,4 +267,18 @@ pub trait Cluster: Send + Sync + 'static {
     /// the others' compares fail): after a lease expiry deleted records, so that a node loading
     /// later names the view by a revision at least as new as the deletion.
     fn touch(&self, services: &[ServiceKey], after: i64) -> Result<(), StoreError>;
+    /// Takes the cluster-wide lock of `service` (bound to this node's lease, so a node that
+    /// dies releases it), waiting at most `wait` while another node holds it. Returns the store
+    /// revision it was taken at: a node whose view has applied that revision decides on
+    /// everything the previous holder wrote. For the changes whose rule must hold across nodes
+    /// (the last serving instance).
+    ///
+    /// Errors: [`StoreError::Conflict`] when another node held it for all of `wait`.
+    fn lock_service(
+        &self,
+        service: &ServiceKey,
+        wait: std::time::Duration,
+    ) -> Result<i64, StoreError>;
+    /// Releases the lock of `service` (absent: nothing).
+    fn unlock_service(&self, service: &ServiceKey) -> Result<(), StoreError>;
 }

@@ -345,9 +345,22 @@ impl Registry {
         }
         let registry = self.clone();
         let (service, key) = (service.clone(), key.clone());
-        tokio::spawn(async move { registry.apply_update(service, key, patch).await })
-            .await
-            .map_err(|e| RegistryError::Internal(format!("update task failed: {e}")))?
+        tokio::spawn(async move {
+            // Cluster mode: the last-serving rule holds across nodes (docs/cluster.md).
+            let lock = if super::cluster::may_take_out(&patch) {
+                registry.lock_service(&service).await?
+            } else {
+                None
+            };
+            let result = registry.apply_update(service, key.clone(), patch).await;
+            if let (Some(lock), Ok((revision, _))) = (&lock, &result) {
+                lock.wait_written(&key, *revision).await;
+            }
+            drop(lock);
+            result
+        })
+        .await
+        .map_err(|e| RegistryError::Internal(format!("update task failed: {e}")))?
     }
 
     async fn apply_update(

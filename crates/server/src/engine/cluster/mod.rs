@@ -21,10 +21,12 @@ use tokio::sync::{Notify, watch};
 mod adopt;
 mod drains;
 mod follow;
+mod lock;
 mod nodes;
 mod replicate;
 
 pub use drains::ANSWER_GRACE;
+pub(crate) use lock::may_take_out;
 pub use nodes::{ClusterInfo, NodeInfo};
 pub(crate) use replicate::heartbeat_seen;
 

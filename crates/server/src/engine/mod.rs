@@ -46,7 +46,7 @@ mod subscribers;
 #[cfg(test)]
 mod tests;
 
-pub use cluster::{ClusterInfo, NodeInfo, Remote};
+pub use cluster::Remote;
 pub use drain::DrainReport;
 pub use error::RegistryError;
 pub use live_drains::{Activity, DrainProgress, DrainState, LAGGARDS_LISTED, RECENT_DRAINS};

@@ -124,6 +124,22 @@ pub(crate) fn kind_of(liveness: &Liveness) -> Kind {
 }
 
 impl State {
+    /// Every instance whose liveness `keep` accepts, as (service, key). O(instances).
+    pub(crate) fn instances_where(
+        &self,
+        keep: impl Fn(&Liveness) -> bool,
+    ) -> Vec<(ServiceKey, InstanceKey)> {
+        self.services
+            .iter()
+            .flat_map(|(s, e)| {
+                e.instances
+                    .iter()
+                    .filter(|(_, i)| keep(&i.liveness))
+                    .map(move |(k, _)| (s.clone(), k.clone()))
+            })
+            .collect()
+    }
+
     pub(crate) fn service(&mut self, key: &ServiceKey) -> &mut ServiceEntry {
         self.services
             .entry(key.clone())

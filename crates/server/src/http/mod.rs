@@ -244,34 +244,15 @@ async fn health(State(s): State<AppState>) -> Response {
 /// alone. Rule `read` (any namespace): anonymous callers are refused when auth is on.
 async fn cluster(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     allow_listing(&caller, &None, &[])?;
-    Ok(Json(match s.registry.cluster() {
-        Some(info) => rest::ClusterView {
-            mode: "cluster".into(),
-            node: Some(info.node),
-            revision: Some(info.revision),
-            nodes: info
-                .nodes
-                .into_iter()
-                .map(|n| rest::ClusterNode {
-                    name: n.name,
-                    http: n.http,
-                    grpc: n.grpc,
-                    lease: n.lease,
-                    started_ms: n.started_ms,
-                    sessions: n.sessions,
-                    subscribers: n.subscribers,
-                    this: n.this,
-                })
-                .collect(),
-        },
-        None => rest::ClusterView {
+    Ok(
+        Json(s.registry.cluster().unwrap_or_else(|| rest::ClusterView {
             mode: "single".into(),
             node: None,
             revision: None,
             nodes: Vec::new(),
-        },
-    })
-    .into_response())
+        }))
+        .into_response(),
+    )
 }
 
 /// `"off"`, `"on"` or `"mutual"` (client certificates required).

@@ -202,20 +202,11 @@ fn own_echo(state: &mut State, revision: i64, changes: &[ClusterChange]) {
 /// while it recovers from its own stall) leave its view at once, as they left (or are leaving,
 /// with the lease) every other node's; their records are deleted if still there.
 fn drop_unvouched(state: &mut State, recovering: bool) {
-    let gone: Vec<(ServiceKey, InstanceKey)> = state
-        .services
-        .iter()
-        .flat_map(|(s, e)| {
-            e.instances
-                .iter()
-                .filter(|(_, i)| match i.liveness {
-                    Liveness::Grace { .. } => true,
-                    Liveness::Lease(_) => recovering,
-                    _ => false,
-                })
-                .map(move |(k, _)| (s.clone(), k.clone()))
-        })
-        .collect();
+    let gone = state.instances_where(|l| match l {
+        Liveness::Grace { .. } => true,
+        Liveness::Lease(_) => recovering,
+        _ => false,
+    });
     let mut by_service: BTreeMap<ServiceKey, Vec<InstanceKey>> = BTreeMap::new();
     for (svc, key) in gone {
         state.remove(&svc, &key);

@@ -27,7 +27,6 @@ mod replicate;
 
 pub use drains::ANSWER_GRACE;
 pub(crate) use lock::may_take_out;
-pub use nodes::{ClusterInfo, NodeInfo};
 pub(crate) use replicate::heartbeat_seen;
 
 /// Who keeps an instance of another node alive: that node's session or lease.

@@ -9,47 +9,15 @@ use std::time::Duration;
 
 use gangway_store::Cluster;
 use gangway_store::cluster::NodeRecord;
-use serde::Serialize;
+use gangway_wire::rest::{ClusterNode, ClusterView};
 
 use super::super::{Registry, now_ms};
 
 /// How often a node looks whether its record's counts changed: 2 s.
 pub const REFRESH: Duration = Duration::from_secs(2);
 
-/// One node as `GET /v1/cluster` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NodeInfo {
-    /// Its name.
-    pub name: String,
-    /// Its REST address.
-    pub http: String,
-    /// Its gRPC address.
-    pub grpc: String,
-    /// Its store lease, hex (as etcdctl shows it).
-    pub lease: String,
-    /// Unix ms when it started.
-    pub started_ms: u64,
-    /// Its open sessions (for another node: as its record last said).
-    pub sessions: usize,
-    /// Its live subscribers (likewise).
-    pub subscribers: usize,
-    /// This is the node that answered.
-    pub this: bool,
-}
-
-/// The cluster as one node sees it (`GET /v1/cluster`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ClusterInfo {
-    /// The answering node's name.
-    pub node: String,
-    /// The newest store revision it applied.
-    pub revision: i64,
-    /// Every node, this one first, then by name.
-    pub nodes: Vec<NodeInfo>,
-}
-
-fn info(r: &NodeRecord, this: bool) -> NodeInfo {
-    NodeInfo {
+fn info(r: &NodeRecord, this: bool) -> ClusterNode {
+    ClusterNode {
         name: r.name.clone(),
         http: r.http.clone(),
         grpc: r.grpc.clone(),
@@ -62,17 +30,19 @@ fn info(r: &NodeRecord, this: bool) -> NodeInfo {
 }
 
 impl Registry {
-    /// The cluster as this node sees it; `None` without cluster mode.
-    pub fn cluster(&self) -> Option<ClusterInfo> {
+    /// The cluster as this node sees it (`GET /v1/cluster`): this node first, then the others
+    /// by name; `None` without cluster mode.
+    pub fn cluster(&self) -> Option<ClusterView> {
         let cluster = self.inner.cluster.as_ref()?;
         let me = self.node_record(cluster.as_ref())?;
         let state = self.lock();
         let c = state.cluster.as_ref()?;
         let mut nodes = vec![info(&me, true)];
         nodes.extend(c.nodes.values().map(|r| info(r, false)));
-        Some(ClusterInfo {
-            node: c.node.clone(),
-            revision: c.seen,
+        Some(ClusterView {
+            mode: "cluster".into(),
+            node: Some(c.node.clone()),
+            revision: Some(c.seen),
             nodes,
         })
     }

@@ -253,20 +253,11 @@ enum Pass {
 /// instances are written again at their next heartbeat (a client gone meanwhile sends none);
 /// instances in stall grace never.
 pub(crate) fn mark_own(state: &mut State, leases: bool) {
-    let own: Vec<(ServiceKey, InstanceKey)> = state
-        .services
-        .iter()
-        .flat_map(|(s, e)| {
-            e.instances
-                .iter()
-                .filter(|(_, i)| match i.liveness {
-                    Liveness::Session(_) => true,
-                    Liveness::Lease(_) => leases,
-                    _ => false,
-                })
-                .map(move |(k, _)| (s.clone(), k.clone()))
-        })
-        .collect();
+    let own = state.instances_where(|l| match l {
+        Liveness::Session(_) => true,
+        Liveness::Lease(_) => leases,
+        _ => false,
+    });
     if let Some(c) = state.cluster.as_mut() {
         let c: &mut ClusterState = c;
         c.dirty.extend(own);

@@ -1780,3 +1780,47 @@ async fn racing_drains_of_the_last_two_instances_through_two_nodes_leave_one_ser
         assert_eq!(status, 200, "{answer}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_registrations_of_the_two_kinds_through_two_nodes_fix_one_kind() {
+    let etcd = etcd3().await;
+    let nodes = nodes3(&etcd, TTL).await;
+    let c = rest();
+    for round in 0..5 {
+        let svc = format!("kind-{round}");
+        let path = format!("/v1/services/{svc}/instances");
+        let ephemeral =
+            json!({"ip": "10.8.0.1", "port": 80, "ttl_ms": 60_000, "delete_timeout_ms": 120_000});
+        let persistent = json!({
+            "ip": "10.8.0.2", "port": 80, "ephemeral": false,
+            "probe": {"kind": "tcp", "interval_ms": 3_600_000},
+        });
+        let t0 = Instant::now();
+        let ((se, re), (sp, rp)) = tokio::join!(
+            post(&c, nodes[0].http(), &path, &ephemeral),
+            post(&c, nodes[1].http(), &path, &persistent)
+        );
+        let mut statuses = [se, sp];
+        statuses.sort();
+        println!(
+            "round {round}: ephemeral through n1 {se}, persistent through n2 {sp}, in {:.0} ms",
+            ms(t0, Instant::now())
+        );
+        assert_eq!(statuses, [200, 409], "round {round}: {re} / {rp}");
+        let kind = if se == 200 { "ephemeral" } else { "persistent" };
+        let agreed = poll(Duration::from_secs(5), || async {
+            for n in &nodes {
+                let s = get(&c, n.http(), &format!("/v1/services/{svc}")).await?;
+                if s["kind"] != kind || s["instances"] != 1 {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await;
+        assert!(
+            agreed.is_some(),
+            "round {round}: not every node holds one {kind} instance"
+        );
+    }
+}

@@ -83,6 +83,40 @@ impl Registry {
         validate::weight(instance.weight)?;
         validate::metadata(&instance.metadata)?;
         let liveness = self.bind_liveness(liveness)?;
+        // Cluster mode: the first registration of a service (no kind in this node's view yet)
+        // takes the service's cluster-wide lock, so that two registrations of the two kinds
+        // through two nodes cannot both fix it (docs/cluster.md).
+        let lock = if self.kind_unset(&service) {
+            self.lock_service(&service).await?
+        } else {
+            None
+        };
+        let key = instance.key.clone();
+        let result = self
+            .register_bound(service, instance, liveness, owner, caller)
+            .await;
+        if let (Some(lock), Ok((revision, _))) = (&lock, &result) {
+            lock.wait_written(&key, *revision).await;
+        }
+        result
+    }
+
+    /// Cluster mode, and `service` has no kind in this node's view yet (nothing registered).
+    fn kind_unset(&self, service: &ServiceKey) -> bool {
+        let state = self.lock();
+        state.cluster.is_some()
+            && state.services.get(service).and_then(|s| s.kind()).is_none()
+            && !state.pending_kinds.contains_key(service)
+    }
+
+    async fn register_bound(
+        &self,
+        service: ServiceKey,
+        instance: Instance,
+        liveness: Liveness,
+        owner: Option<String>,
+        caller: Caller,
+    ) -> Result<(u64, Instance), RegistryError> {
         let mut instance = instance;
         instance.ephemeral = !matches!(liveness, Liveness::Probe(_));
         instance.healthy = true;

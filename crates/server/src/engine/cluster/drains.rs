@@ -33,10 +33,11 @@ pub(crate) struct Answers {
 }
 
 impl Registry {
-    /// The store revision from which the instance is out of the view in the store: the
-    /// revision its record (ephemeral) was written at once the replicator caught up, or
-    /// `local` (a persistent instance: the commit's revision). `None` without cluster mode or
-    /// when the record was not written by `deadline`.
+    /// The store revision at which the instance is in the store as the view has it now: the
+    /// revision its record (ephemeral) was written at once the replicator caught up (for a
+    /// drain: the first without it in the consumer view), or `local` (a persistent instance:
+    /// the commit's revision). `None` without cluster mode or when the record was not written
+    /// by `deadline`.
     pub(crate) async fn written_revision(
         &self,
         service: &ServiceKey,
@@ -62,11 +63,17 @@ impl Registry {
                 let state = self.lock();
                 let c = state.cluster.as_ref()?;
                 let id = (service.clone(), key.clone());
-                match c.known.get(&id) {
-                    Some(k) if !k.record.instance.enabled && !c.dirty.contains(&id) => {
+                // Written once the store's copy is the instance as the view has it now.
+                let now = state
+                    .services
+                    .get(service)
+                    .and_then(|s| s.instances.get(key))
+                    .map(|e| &e.instance);
+                match (c.known.get(&id), now) {
+                    (Some(k), Some(now)) if k.record.instance == *now && !c.dirty.contains(&id) => {
                         return Some(k.mod_revision);
                     }
-                    None if !c.dirty.contains(&id) => return Some(c.seen),
+                    (None, None) if !c.dirty.contains(&id) => return Some(c.seen),
                     _ => {}
                 }
             }

@@ -1,11 +1,11 @@
-//! The rules that must hold across nodes (docs/cluster.md, "The last serving instance across
-//! nodes"): a change that may take an instance out of a service's consumer view (offline, drain,
+//! The rules that must hold across nodes (docs/cluster.md, "Limits and choices"): a change that may take an instance out of a service's consumer view (offline, drain,
 //! weight 0) takes the service's cluster-wide lock first (an etcd key bound to this node's
 //! lease), waits until this node's view has applied the lock's revision (so it holds everything
 //! the previous holder wrote), decides and applies as on a single node, waits until its record is
 //! in etcd, and lets go. Two such changes through two nodes are then decided one after the
 //! other, each on the other's outcome: of two racing drains of a service's last two instances
-//! one is refused, as on one node. Bounds: [`LOCK_WAIT`] for the lock, the catch-up and the
+//! one is refused, as on one node. The first registration of a service takes it too (the kind
+//! rule). Bounds: [`LOCK_WAIT`] for the lock, the catch-up and the
 //! write each.
 
 use std::sync::Arc;

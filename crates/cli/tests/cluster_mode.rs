@@ -1275,6 +1275,23 @@ impl FailoverRun {
     }
 }
 
+/// The revision each of `nodes` names `svc`'s view by (printed, not asserted: docs/cluster.md,
+/// "Service revisions", says when nodes can differ).
+async fn revisions_of(nodes: &[&Node], svc: &str) -> Vec<(&'static str, Option<u64>)> {
+    let c = rest();
+    let mut out = Vec::new();
+    for n in nodes {
+        let v = get(
+            &c,
+            n.http(),
+            &format!("/v1/services/{svc}/instances?all=true"),
+        )
+        .await;
+        out.push((n.name, v.and_then(|v| v["revision"].as_u64())));
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_node_holding_the_sessions_fails_no_request() {
     let etcd = etcd3().await;
@@ -1303,6 +1320,10 @@ async fn kill_9_of_the_node_holding_the_sessions_fails_no_request() {
     );
     run.finish("kill -9 of n1").await;
     nodes.remove(0);
+    let revisions = revisions_of(&nodes.iter().collect::<Vec<_>>(), "demo").await;
+    println!(
+        "after the takeover and the services' end, demo's revision on each node: {revisions:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1325,6 +1346,10 @@ async fn a_rolling_restart_of_the_three_nodes_fails_no_request() {
         );
     }
     run.finish("rolling restart of n1, n2, n3").await;
+    let revisions = revisions_of(&nodes.iter().collect::<Vec<_>>(), "demo").await;
+    println!(
+        "after the rolling restart and the services' end, demo's revision on each node: {revisions:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -408,6 +408,16 @@ impl Cluster for EtcdNode {
         }
     }
 
+    fn mark_service(&self, service: &ServiceKey) -> Result<i64, StoreError> {
+        let mark = json(&RevisionMark {
+            node: self.name.clone(),
+        })
+        .expect("json");
+        let key = self.shared.layout.revision(service);
+        self.txn(Txn::new().and_then(vec![TxnOp::put(key, mark, None)]))
+            .map(|(_, revision)| revision)
+    }
+
     fn unlock_service(&self, service: &ServiceKey) -> Result<(), StoreError> {
         let key = self.shared.layout.lock(service);
         self.txn(Txn::new().and_then(vec![TxnOp::delete(key, None)]))

@@ -267,6 +267,10 @@ pub trait Cluster: Send + Sync + 'static {
     /// the others' compares fail): after a lease expiry deleted records, so that a node loading
     /// later names the view by a revision at least as new as the deletion.
     fn touch(&self, services: &[ServiceKey], after: i64) -> Result<(), StoreError>;
+    /// Writes the revision mark of `service` naming this node and returns its store revision:
+    /// a change this node published without writing anything (a re-registration with the
+    /// record the store has) is then named by a store revision on every node.
+    fn mark_service(&self, service: &ServiceKey) -> Result<i64, StoreError>;
     /// Takes the cluster-wide lock of `service` (bound to this node's lease, so a node that
     /// dies releases it), waiting at most `wait` while another node holds it. Returns the store
     /// revision it was taken at: a node whose view has applied that revision decides on

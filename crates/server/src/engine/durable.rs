@@ -185,9 +185,13 @@ fn finish(inner: &Weak<Inner>, jobs: Vec<Job>, result: Result<Option<i64>, Regis
             // Cluster mode: the changes are published at the store's revision.
             if let (Some(revision), Some(c)) = (revision, state.cluster.as_mut()) {
                 c.seen = c.seen.max(revision);
+                c.applying = true;
             }
             for job in jobs {
                 (job.finish)(Ok(&mut state));
+            }
+            if let Some(c) = state.cluster.as_mut() {
+                c.applying = false;
             }
             drop(state);
             registry.inner.metrics.store_batches.inc();

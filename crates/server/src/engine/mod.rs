@@ -392,6 +392,10 @@ impl Registry {
                 }
             }
             if let Some(revisions) = revisions {
+                // A service emptied before this node started still has its revision mark.
+                for svc in revisions.keys() {
+                    state.service(svc);
+                }
                 let services: Vec<ServiceKey> = state.services.keys().cloned().collect();
                 for svc in services {
                     let revision = revisions.get(&svc).copied().unwrap_or(0).max(1) as u64;

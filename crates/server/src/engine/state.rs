@@ -163,6 +163,14 @@ impl State {
                 (current + 1).max(c.seen.max(0) as u64)
             }
         };
+        if let Some(c) = self.cluster.as_mut() {
+            if c.applying {
+                c.ahead.remove(key);
+            } else {
+                c.ahead.insert(key.clone());
+                c.wake.notify_one();
+            }
+        }
         self.publish_at(key, changed, revision);
         revision
     }

@@ -232,6 +232,7 @@ fn apply_changes(
     {
         let c = state.cluster.as_mut().expect("cluster mode");
         c.seen = c.seen.max(revision);
+        c.applying = true;
     }
     for change in changes {
         match change {
@@ -292,6 +293,7 @@ fn apply_changes(
     }
     {
         let c = state.cluster.as_mut().expect("cluster mode");
+        c.applying = false;
         c.answers_tx.send_modify(|n| *n = n.wrapping_add(1));
     }
     after
@@ -538,8 +540,14 @@ fn relist(state: &mut State, all: ClusterContents) -> Aftermath {
         after.drains.push(drain);
     }
     let services: Vec<ServiceKey> = state.services.keys().cloned().collect();
+    if let Some(c) = state.cluster.as_mut() {
+        c.applying = true;
+    }
     for svc in services {
         state.publish(&svc, Changed::All);
+    }
+    if let Some(c) = state.cluster.as_mut() {
+        c.applying = false;
     }
     mark_own(state, true);
     after

@@ -64,6 +64,12 @@ pub(crate) struct ClusterState {
     pub(crate) answers_tx: watch::Sender<u64>,
     /// Bumped after every replicator write: wakes waits for a record to be written.
     pub(crate) written_tx: watch::Sender<u64>,
+    /// True while a store revision is being applied (the follower, the committer, the
+    /// replicator's write): what is published then is named by it on every node.
+    pub(crate) applying: bool,
+    /// Services published outside of that (a local change) and not yet named by a store
+    /// revision: the replicator names them (its write, or a revision mark of its own).
+    pub(crate) ahead: HashSet<ServiceKey>,
 }
 
 impl ClusterState {
@@ -79,6 +85,8 @@ impl ClusterState {
             answers: HashMap::new(),
             answers_tx: watch::channel(0).0,
             written_tx: watch::channel(0).0,
+            applying: false,
+            ahead: HashSet::new(),
         }
     }
 

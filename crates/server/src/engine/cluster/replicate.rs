@@ -93,6 +93,7 @@ impl Registry {
                     match registry.replicate_once(&cluster).await {
                         Pass::Done => {
                             pause = RETRY_FIRST;
+                            registry.name_ahead(&cluster).await;
                             break;
                         }
                         Pass::More => pause = RETRY_FIRST,
@@ -214,15 +215,7 @@ impl Registry {
                 c.written_tx.send_modify(|n| *n = n.wrapping_add(1));
                 // The view of these services is the store's at `revision` now: named by it on
                 // this node too, as on every other.
-                for service in services {
-                    let behind = state
-                        .services
-                        .get(&service)
-                        .is_some_and(|s| s.revision < revision as u64);
-                    if behind {
-                        state.publish(&service, Changed::Keys(Vec::new()));
-                    }
-                }
+                name_by(&mut state, &services, revision);
                 Pass::More
             }
             Ok(Ok(EphemeralOutcome::Conflict)) | Ok(Err(_)) | Err(_) => {
@@ -232,6 +225,64 @@ impl Registry {
                 // Looked at again after the pause, once the watch brought newer copies.
                 c.dirty.extend(taken);
                 Pass::Retry
+            }
+        }
+    }
+}
+
+/// Publishes `services` at `revision` where their revision is older, as applied from the
+/// store (no longer ahead of it).
+fn name_by(state: &mut State, services: &[ServiceKey], revision: i64) {
+    if let Some(c) = state.cluster.as_mut() {
+        c.applying = true;
+    }
+    for service in services {
+        let behind = state
+            .services
+            .get(service)
+            .is_some_and(|s| s.revision < revision as u64);
+        if behind {
+            state.publish(service, Changed::Keys(Vec::new()));
+        } else if let Some(c) = state.cluster.as_mut() {
+            c.ahead.remove(service);
+        }
+    }
+    if let Some(c) = state.cluster.as_mut() {
+        c.applying = false;
+    }
+}
+
+impl Registry {
+    /// Services published here without a store write (nothing of their records changed):
+    /// named by a revision mark of their own, so every node names them alike.
+    async fn name_ahead(&self, cluster: &Arc<dyn Cluster>) {
+        let ahead: Vec<ServiceKey> = {
+            let mut state = self.lock();
+            let Some(c) = state.cluster.as_mut() else {
+                return;
+            };
+            if !c.dirty.is_empty() {
+                return;
+            }
+            c.ahead.drain().collect()
+        };
+        for service in ahead {
+            let marked = {
+                let (cluster, service) = (cluster.clone(), service.clone());
+                tokio::task::spawn_blocking(move || cluster.mark_service(&service)).await
+            };
+            match marked {
+                Ok(Ok(revision)) => {
+                    let mut state = self.lock();
+                    if let Some(c) = state.cluster.as_mut() {
+                        c.seen = c.seen.max(revision);
+                    }
+                    name_by(&mut state, &[service], revision);
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, %service, "revision mark not written");
+                }
+                Err(_) => {}
             }
         }
     }

@@ -700,10 +700,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         // Revoking first would publish removals meanwhile: the lease is revoked once no record
         // of this node is left, or after its TTL (when it would have expired anyway).
         let wait = opened.lease_ttl.unwrap_or_default();
-        let deadline = tokio::time::Instant::now() + wait;
-        while registry.own_records() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        registry
+            .own_records_gone(tokio::time::Instant::now() + wait)
+            .await;
         let _ = tokio::task::spawn_blocking(release).await;
     }
     drop(store_kept);

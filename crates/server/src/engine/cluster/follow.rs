@@ -394,9 +394,10 @@ fn apply_ephemeral(
     let id = (svc.clone(), key.clone());
     match entry {
         Some(entry) => {
-            c.known.insert(id, entry.clone());
             let my_lease = entry.record.node == c.node;
             if own && my_lease {
+                // insert_remote keeps the store's copy on the other path.
+                c.known.insert(id, entry.clone());
                 // Another node changed this node's instance (a drain's offline, an online).
                 let enabled = entry.record.instance.enabled;
                 let record = entry.record.instance;

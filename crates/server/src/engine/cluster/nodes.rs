@@ -10,6 +10,7 @@ use std::time::Duration;
 use gangway_store::Cluster;
 use gangway_store::cluster::NodeRecord;
 use gangway_wire::rest::{ClusterNode, ClusterView};
+use tokio::time::Instant;
 
 use super::super::{Registry, now_ms};
 
@@ -113,13 +114,37 @@ impl Registry {
         });
     }
 
-    /// Records in the store that name this node (0 without cluster mode): a stopping node
-    /// waits for other nodes to take them over before it revokes its lease.
+    /// Records in the store that name this node (0 without cluster mode).
     pub fn own_records(&self) -> usize {
         let state = self.lock();
         state.cluster.as_ref().map_or(0, |c| {
             c.known.values().filter(|e| e.record.node == c.node).count()
         })
+    }
+
+    /// Waits until no record in the store names this node (other nodes took its instances
+    /// over), woken by each change the watch applies, at most until `deadline`; `true` when
+    /// none is left. A stopping node waits so before it revokes its lease.
+    pub async fn own_records_gone(&self, deadline: Instant) -> bool {
+        let Some(mut wake) = self
+            .lock()
+            .cluster
+            .as_ref()
+            .map(|c| c.answers_tx.subscribe())
+        else {
+            return true;
+        };
+        loop {
+            if self.own_records() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, wake.changed())
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
     }
 
     /// Wakes what waits on the cluster's changes (drains waiting for answers).

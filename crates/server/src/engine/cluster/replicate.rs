@@ -2,7 +2,7 @@
 //! differs from the store's copy (docs/cluster.md, "Ephemeral instances").
 //!
 //! One task per node. It takes the dirty instances, and for each one compares the record the
-//! view gives with the store's copy ([`ClusterState::known`]): an instance of this node's
+//! view gives with the store's copy ([`super::ClusterState::known`]): an instance of this node's
 //! sessions or leases is written under this node's lease, an instance of another node that
 //! this node changed (a drain's offline) under that node's lease; one gone from the view is
 //! deleted. Every key is checked against the revision its copy was seen at, so a write that
@@ -20,7 +20,6 @@ use gangway_store::cluster::{EphemeralOutcome, EphemeralRecord, EphemeralWrite, 
 use super::super::service::Changed;
 use super::super::state::State;
 use super::super::{Liveness, Registry};
-use super::ClusterState;
 
 /// Instances written in one transaction, at most (each may add its service's revision mark,
 /// within etcd's 128 operations).
@@ -310,7 +309,6 @@ pub(crate) fn mark_own(state: &mut State, leases: bool) {
         _ => false,
     });
     if let Some(c) = state.cluster.as_mut() {
-        let c: &mut ClusterState = c;
         c.dirty.extend(own);
         c.wake.notify_one();
     }
